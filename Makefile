@@ -1,0 +1,30 @@
+# make test: everything CI runs, on a fresh Debian machine.
+GO ?= go
+export HYBRIDLIMIT_REQUIRE_REDIS = 1
+
+.PHONY: test redis vet fmt-check race bench
+
+test: redis vet fmt-check race
+
+# Install redis-server when it is missing (Debian, as root). The tests start
+# and stop their own servers on free loopback ports.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing: install it (apt-get install -y redis-server) and re-run" >&2; exit 1; \
+		fi; }
+	@redis-server --version
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+race:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 2 ./...

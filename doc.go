@@ -1,0 +1,14 @@
+// Package hybridlimit holds the vocabulary shared by every limiter in this
+// module: the Limit a caller asks for, the Result a limiter answers with, the
+// narrow Redis interface the distributed limiters depend on, and the Keyspace
+// that names every key they write.
+//
+// The limiters themselves live in sub-packages:
+//
+//   - local: an in-process token bucket and a keyed table of them;
+//   - global: exact limiters, one atomic Redis script per decision;
+//   - sync: the hybrid limiter, local allowance reconciled with Redis in the background;
+//   - lua: the Redis scripts, embedded, with one checked reply decoder.
+//
+// This package imports none of them, so each can depend on it without a cycle.
+package hybridlimit
