@@ -371,6 +371,9 @@ func Prefix(tb testing.TB) string {
 	var r [3]byte
 	_, _ = rand.Read(r[:])
 	name := unsafeChars.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
 	return "t:" + name + ":" + hex.EncodeToString(r[:]) + ":"
 }
 

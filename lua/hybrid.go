@@ -1,0 +1,10 @@
+package lua
+
+// The scripts of the hybrid limiter (package sync). Their headers give KEYS,
+// ARGV and reply; decode them with DecodeInts.
+var (
+	// Sync reconciles a batch of keys of one slot with the global buckets.
+	Sync = load("sync")
+	// Presence records a live instance and counts the live ones.
+	Presence = load("presence")
+)

@@ -1,0 +1,230 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// maxFetches bounds how many batched fetches one decision takes part in
+// before it gives up: enough to ride out a fetch that started just before
+// the decision registered its demand.
+const maxFetches = 3
+
+// slow decides when the key has no local allowance (or is new).
+func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	if l.closed.Load() {
+		return hybridlimit.Result{}, ErrClosed
+	}
+	if err := limit.Validate(); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	}
+	if now.IsZero() {
+		now = l.cfg.clock.Now()
+	}
+	deadline := now.Add(l.cfg.maxWait)
+	for fetches := 0; ; fetches++ {
+		e, err := l.entry(key, limit, now)
+		if err != nil {
+			return l.degraded(now, key, limit, cost), nil
+		}
+		if n := e.avail.Add(-cost); n >= 0 {
+			return l.admitted(e, limit, n), nil
+		}
+		e.avail.Add(cost)
+		if e.dead.Load() {
+			continue
+		}
+		if until := e.denyUntil.Load(); until > l.nanos(now) {
+			l.stats.deniedRemote.Add(1)
+			return denied(limit, time.Duration(until-l.nanos(now))), nil
+		}
+		if l.breaker.isOpen() {
+			return l.degraded(now, key, limit, cost), nil
+		}
+		if l.cfg.mode == Optimistic || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) {
+			// Out of allowance until a round brings more.
+			l.flag(e, 0)
+			l.stats.deniedLocal.Add(1)
+			return denied(limit, l.cfg.interval), nil
+		}
+		l.flag(e, cost)
+		l.stats.waits.Add(1)
+		err = l.fetch(ctx, deadline)
+		if ctx.Err() != nil {
+			return hybridlimit.Result{}, ctx.Err()
+		}
+		if err != nil && l.breaker.isOpen() {
+			return l.degraded(now, key, limit, cost), nil
+		}
+	}
+}
+
+func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64) hybridlimit.Result {
+	return hybridlimit.Result{
+		Limit:      limit,
+		Allowed:    true,
+		Remaining:  avail + e.remaining.Load(),
+		ResetAfter: time.Duration(e.resetAfter.Load()),
+	}
+}
+
+func denied(limit hybridlimit.Limit, retry time.Duration) hybridlimit.Result {
+	return hybridlimit.Result{Limit: limit, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}
+}
+
+// nanos returns t as nanoseconds since the limiter's base reading.
+func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
+
+// entry returns the live entry for key, creating it, or updating its limit.
+func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time) (*entry, error) {
+	for {
+		if e := l.table.get(key); e != nil {
+			if e.dead.Load() {
+				l.table.delete(e)
+				continue
+			}
+			if *e.limit.Load() != limit {
+				e.limit.Store(&limit)
+			}
+			return e, nil
+		}
+		if l.tracked.Load() >= int64(l.cfg.maxKeys) {
+			return nil, fmt.Errorf("%w: %d", ErrTooManyKeys, l.cfg.maxKeys)
+		}
+		e, created := l.table.getOrInsert(key, func() *entry { return l.newEntry(key, limit, now) })
+		if created {
+			l.tracked.Add(1)
+		}
+		if !e.dead.Load() {
+			return e, nil
+		}
+	}
+}
+
+func (l *Limiter) newEntry(key string, limit hybridlimit.Limit, now time.Time) *entry {
+	bucket, ledger := l.Keys(key)
+	e := &entry{
+		key:       key,
+		group:     l.group(key),
+		bucketKey: bucket,
+		ledgerKey: ledger,
+		epoch:     l.seq.Add(1),
+		lastAt:    now,
+	}
+	e.limit.Store(&limit)
+	e.remaining.Store(limit.Burst)
+	if l.cfg.mode == Optimistic {
+		// Until Redis answers, assume a full bucket.
+		e.give(l.optimisticAllowance(limit, limit.Burst))
+		e.remaining.Store(limit.Burst - e.issued)
+	}
+	return e
+}
+
+// flag asks for an early sync of e, adding cost to what it waits for.
+func (l *Limiter) flag(e *entry, cost int64) {
+	e.mu.Lock()
+	e.waiting += cost
+	already := e.flagged
+	e.flagged = true
+	e.mu.Unlock()
+	if !already {
+		l.flagMu.Lock()
+		l.flagged = append(l.flagged, e)
+		l.flagMu.Unlock()
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fetch runs one round for the flagged entries, shared with every decision
+// that asks meanwhile, and bounded by ctx and deadline.
+func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
+	_, err, _ := l.fetches.Do("fetch", func() (any, error) {
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		l.stats.fetches.Add(1)
+		err := l.roundOf(ctx, l.takeFlagged(), false)
+		if err != nil {
+			l.cfg.logger.Debug("sync: fetch failed", "err", err)
+		}
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			l.breaker.record(l.cfg.clock.Now(), err) // a caller giving up says nothing of Redis
+		}
+		return nil, err
+	})
+	return err
+}
+
+func (l *Limiter) takeFlagged() []*entry {
+	l.flagMu.Lock()
+	defer l.flagMu.Unlock()
+	es := l.flagged
+	l.flagged = nil
+	return es
+}
+
+// degraded decides by the failure policy.
+func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, cost int64) hybridlimit.Result {
+	switch l.cfg.policy {
+	case FailOpen:
+		l.stats.failOpen.Add(1)
+		return hybridlimit.Result{Limit: limit, Allowed: true}
+	case FailClosed:
+		l.stats.failClosed.Add(1)
+		return denied(limit, l.cfg.interval)
+	}
+	share := l.share(limit)
+	if cost > share.Burst {
+		l.stats.fallbackDenied.Add(1)
+		return denied(limit, share.Refill())
+	}
+	r, err := l.fallback.AllowN(key, now, share, cost)
+	if err != nil || !r.Allowed {
+		l.stats.fallbackDenied.Add(1)
+		if err != nil {
+			return denied(limit, l.cfg.interval)
+		}
+	} else {
+		l.stats.fallbackAllowed.Add(1)
+	}
+	r.Limit = limit
+	return r
+}
+
+// share returns this instance's share of limit when it must decide alone:
+// the rate spread over the live instances by stretching the period (so 5
+// per second among 10 instances is 5 per 10 seconds each, not 0), and the
+// burst divided, rounded up.
+func (l *Limiter) share(limit hybridlimit.Limit) hybridlimit.Limit {
+	n := max(l.live.Load(), 1)
+	s := hybridlimit.Limit{Rate: limit.Rate, Period: limit.Period * time.Duration(n), Burst: (limit.Burst + n - 1) / n}
+	if s.Period/time.Duration(n) != limit.Period || s.Validate() != nil {
+		// Less than a token a year each: one token a year it is.
+		return hybridlimit.Limit{Rate: 1, Period: hybridlimit.MaxRefill, Burst: 1}
+	}
+	return s
+}
+
+// optimisticAllowance returns what this instance may spend of a key until
+// its next round, given the global remaining as it sees it.
+func (l *Limiter) optimisticAllowance(limit hybridlimit.Limit, view int64) int64 {
+	view = max(view, 0)
+	if l.cfg.overshoot < 0 {
+		return view
+	}
+	n := max(l.live.Load(), 1)
+	return view/n + int64(l.cfg.overshoot*float64(limit.Burst))/n
+}

@@ -1,0 +1,90 @@
+package sync
+
+import (
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// entry is one key's state on this instance.
+//
+// Allowance is counted by two numbers: issued, the tokens handed to the
+// local counter avail in all, and avail itself, what is left of them. So
+// the tokens this instance has admitted for the key in all are
+// issued - avail, with no counter on the request path but avail.
+type entry struct {
+	// avail is the allowance left to spend locally. Requests subtract their
+	// cost and put it back if the result is negative; it is the only word a
+	// decision with allowance writes.
+	avail atomic.Int64
+	_     [56]byte // keeps avail's cache line free of the fields below, which the sync loop writes
+
+	key        string
+	hash       uint64
+	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
+	group      int
+	bucketKey  string
+	ledgerKey  string
+	epoch      int64        // first sequence number of this entry's messages
+	denyUntil  atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
+	remaining  atomic.Int64 // global tokens left as of the last sync
+	resetAfter atomic.Int64 // nanoseconds until the global bucket is full, as of the last sync
+	dead       atomic.Bool  // evicted or replaced; look the key up again
+
+	mu       stdsync.Mutex // guards the fields below; never held across I/O
+	issued   int64         // allowance handed to avail in all
+	acked    int64         // the ledger's total as last heard from Redis
+	inflight bool          // a message for this entry awaits its reply
+	sent     int64         // Optimistic: consumption carried by the message in flight
+	waiting  int64         // cost of decisions waiting for allowance
+	synced   bool          // Redis has answered at least once
+	lastUsed int64         // consumption at the previous round, for the demand estimate
+	lastAt   time.Time     // time of the previous round
+	demand   float64       // tokens per second, smoothed
+	nextSync time.Time     // when the loop should reconcile this entry next
+	idle     int           // rounds in a row without consumption
+	flagged  bool          // on the limiter's list of entries wanting an early sync
+}
+
+// evicted is stored in avail of an evicted entry: far enough below zero that
+// no request's subtraction brings it back, so every request on a stale
+// pointer falls to the slow path and looks the key up again.
+const evicted = -1 << 62
+
+// consumed returns the tokens admitted in all. The caller holds e.mu.
+func (e *entry) consumed() int64 {
+	return e.issued - max(e.avail.Load(), 0)
+}
+
+// give adds n tokens to the local allowance. The caller holds e.mu.
+func (e *entry) give(n int64) {
+	e.avail.Add(n)
+	e.issued += n
+}
+
+// take removes up to n unspent tokens from the local allowance and returns
+// how many it removed. The caller holds e.mu.
+func (e *entry) take(n int64) int64 {
+	for {
+		a := e.avail.Load()
+		t := min(n, max(a, 0))
+		if t == 0 {
+			return 0
+		}
+		if e.avail.CompareAndSwap(a, a-t) {
+			e.issued -= t
+			return t
+		}
+	}
+}
+
+// evict marks the entry dead if it holds no allowance. The caller holds e.mu.
+func (e *entry) evict() bool {
+	if !e.avail.CompareAndSwap(0, evicted) {
+		return false
+	}
+	e.dead.Store(true)
+	return true
+}

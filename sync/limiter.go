@@ -1,0 +1,195 @@
+package sync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// Errors a Limiter returns besides the shared ones of package hybridlimit.
+var (
+	// ErrClosed is returned by decisions after Close.
+	ErrClosed = errors.New("sync: limiter closed")
+	// ErrTooManyKeys is wrapped when a new key finds the table full and the
+	// failure policy cannot decide for it either.
+	ErrTooManyKeys = errors.New("sync: too many tracked keys")
+)
+
+// Limiter is the hybrid rate limiter: each key's global token bucket lives
+// in Redis, and this instance spends allowance from it locally. A decision
+// with local allowance is one atomic subtraction: no lock, no allocation, no
+// I/O. A background loop reconciles every active key with Redis each sync
+// interval through one batched script call per slot group, pipelined per
+// node; see Mode for the two ways of reconciling and docs/design.md for the
+// protocol and its bounds.
+//
+// The limit is passed with each decision, so one Limiter serves any number
+// of keys and policies; a key names one limit, so use distinct keys for
+// distinct policies ("ip:1.2.3.4", "apikey:abc").
+//
+// New starts nothing. Start (or Run) starts the one background goroutine,
+// the sync loop, which Close stops after handing back unused allowance.
+// Decisions that find no local allowance fetch more themselves, coalesced
+// with every other waiting decision into one batched call, so a Limiter
+// works before Start too, only without background refills.
+//
+// A Limiter is safe for concurrent use.
+type Limiter struct {
+	rdb   hybridlimit.Redis
+	cfg   config
+	ks    hybridlimit.Keyspace
+	tags  []string // hash tag of each slot group
+	table *table
+	// fallback enforces each instance's share while Redis cannot be asked.
+	fallback *tmpTable
+	base     time.Time // the clock reading that nanosecond offsets count from
+	seq      atomic.Int64
+	live     atomic.Int64 // instances seen alive in Redis, at least 1
+	presence string       // key of the presence set
+	fetches  singleflight.Group
+	wake     chan struct{} // pokes the loop for an early round
+
+	tracked atomic.Int64 // entries in table
+	stats   counters
+	breaker breaker
+
+	flagMu  stdsync.Mutex
+	flagged []*entry // entries wanting a sync before their turn
+
+	life    stdsync.Mutex
+	running bool
+	closed  atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// New returns a Limiter on rdb. It validates the options and starts nothing.
+func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("sync: %w", hybridlimit.ErrNilClient)
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("sync: nil option")
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	cfg.finish()
+	if cfg.instanceID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.instanceID = hex.EncodeToString(b[:])
+	}
+	ks, err := hybridlimit.NewKeyspace(cfg.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
+	}
+	fb := newTmpTable()
+	l := &Limiter{
+		rdb:      rdb,
+		cfg:      cfg,
+		ks:       ks,
+		tags:     groupTags(cfg.groups),
+		table:    newTable(),
+		fallback: fb,
+		base:     cfg.clock.Now(),
+		presence: ks.Tagged("presence", "instances"),
+		wake:     make(chan struct{}, 1),
+	}
+	// Sequence numbers start at the clock in microseconds, so a restarted
+	// instance that keeps its id still numbers above its past.
+	l.seq.Store(cfg.clock.Now().UnixMicro())
+	l.live.Store(1)
+	l.breaker.init(cfg.logger, cfg.interval)
+	return l, nil
+}
+
+// groupTags returns one hash tag per slot group, chosen so that group g's
+// tag hashes into the g-th of n equal slot ranges. Masters own contiguous
+// slot ranges, so the groups spread evenly over any cluster.
+func groupTags(n int) []string {
+	tags := make([]string, n)
+	for g := range tags {
+		lo, hi := g*hybridlimit.SlotCount/n, (g+1)*hybridlimit.SlotCount/n
+		for i := 0; ; i++ {
+			tag := fmt.Sprintf("s%d.%d", g, i)
+			if s := hybridlimit.Slot(tag); s >= lo && s < hi {
+				tags[g] = tag
+				break
+			}
+		}
+	}
+	return tags
+}
+
+// group returns the slot group of a key: a hash every instance computes alike.
+func (l *Limiter) group(key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(l.tags)))
+}
+
+// Keys returns the Redis keys of key's global bucket and of this
+// instance's ledger for it, for inspection and tests.
+func (l *Limiter) Keys(key string) (bucket, ledger string) {
+	tag := l.tags[l.group(key)]
+	return l.ks.Tagged(tag, "b:"+key), l.ks.Tagged(tag, "l:"+l.cfg.instanceID+":"+key)
+}
+
+// InstanceID returns the name of this instance in Redis.
+func (l *Limiter) InstanceID() string { return l.cfg.instanceID }
+
+// Mode returns the reconcile mode.
+func (l *Limiter) Mode() Mode { return l.cfg.mode }
+
+// Allow is AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	return l.AllowNAt(ctx, time.Time{}, key, limit, 1)
+}
+
+// AllowN reports whether a request of the given cost may happen now, and
+// spends the cost if so. See AllowNAt.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	return l.AllowNAt(ctx, time.Time{}, key, limit, cost)
+}
+
+// AllowNAt is AllowN at time now; the zero time means the limiter's clock.
+// The time matters only when the key has no local allowance left.
+//
+// With allowance, the decision is local and immediate. Without, in Reserve
+// mode it asks Redis for more, waiting at most the max wait and ctx; in
+// Optimistic mode it is denied until the next round. While Redis cannot be
+// asked, the failure policy decides. Remaining and ResetAfter of an
+// admitted Result are as of this instance's last sync with Redis.
+//
+// Errors: an invalid limit, cost or key (wrapping the sentinels of package
+// hybridlimit), ErrClosed after Close, and ctx.Err() if ctx ends while the
+// decision waits. Redis failures never surface as errors: the failure
+// policy turns them into decisions, counted in Stats.
+func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 {
+		if n := e.avail.Add(-cost); n >= 0 {
+			return hybridlimit.Result{
+				Limit:      limit,
+				Allowed:    true,
+				Remaining:  n + e.remaining.Load(),
+				ResetAfter: time.Duration(e.resetAfter.Load()),
+			}, nil
+		}
+		e.avail.Add(cost)
+	}
+	return l.slow(ctx, now, key, limit, cost)
+}

@@ -1,0 +1,185 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/lua"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// frozen is a limit whose refill over a test is far below one token, so
+// the global budget of a test is exactly its burst.
+func frozen(burst int64) hybridlimit.Limit {
+	return hybridlimit.Limit{Rate: burst, Period: hybridlimit.MaxRefill, Burst: burst}
+}
+
+// newLimiters starts n limiters sharing a prefix, each with its own client
+// from newClient, and closes them when the test ends.
+func newLimiters(t *testing.T, n int, newClient func() hybridlimit.Redis, opts ...hlsync.Option) []*hlsync.Limiter {
+	t.Helper()
+	ls := make([]*hlsync.Limiter, n)
+	for i := range ls {
+		l, err := hlsync.New(newClient(), append([]hlsync.Option{hlsync.WithInstanceID(fmt.Sprintf("i%d", i))}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+	}
+	return ls
+}
+
+// hammer runs workers goroutines per limiter, each asking for key, until
+// the admitted total reaches budget and then for `after` more (to catch any
+// admission beyond it), or for at most 10 seconds. It returns the admitted
+// cost per limiter.
+func hammer(ls []*hlsync.Limiter, workers int, key string, limit hybridlimit.Limit, budget int64, after time.Duration) (admitted []int64, err error) {
+	admitted = make([]int64, len(ls))
+	var total atomic.Int64
+	var wg stdsync.WaitGroup
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		deadline := time.Now().Add(10 * time.Second)
+		for total.Load() < budget && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(after)
+	}()
+	for i, l := range ls {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r, err := l.Allow(context.Background(), key, limit)
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					if r.Allowed {
+						atomic.AddInt64(&admitted[i], 1)
+						total.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return admitted, e
+	}
+	return admitted, nil
+}
+
+func sum(xs []int64) int64 {
+	var s int64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// remaining asks Redis for the whole tokens left in key's global bucket,
+// through the sync script with a message that grants nothing.
+func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) int64 {
+	t.Helper()
+	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"), hlsync.WithSlotGroups(groups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, ledger := probe.Keys(key)
+	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger}, 0, 60000, "r",
+		limit.Rate, limit.Period.Microseconds(), limit.Burst, 1, 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := lua.DecodeInts(reply, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v[1]
+}
+
+func TestReserveNeverExceedsBudget(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) func() hybridlimit.Redis
+	}{
+		{"standalone", func(t *testing.T) func() hybridlimit.Redis {
+			s := redistest.StandaloneServer(t)
+			return func() hybridlimit.Redis { return s.Client(t) }
+		}},
+		{"cluster", func(t *testing.T) func() hybridlimit.Redis {
+			c := redistest.ClusterOf(t)
+			return func() hybridlimit.Redis { return c.Client(t) }
+		}},
+	} {
+		for _, interval := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+			t.Run(fmt.Sprintf("%s/interval=%v", tc.name, interval), func(t *testing.T) {
+				newClient := tc.rdb(t)
+				prefix := redistest.Prefix(t)
+				const burst = 3000
+				limit := frozen(burst)
+				ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(interval, 0.1))
+				admitted, err := hammer(ls, 8, "hot", limit, burst, 2*interval)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range ls {
+					if err := l.Close(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				total := sum(admitted)
+				left := remaining(t, newClient(), prefix, "hot", limit, 64)
+				t.Logf("admitted %d of %d (per instance %v), %d left in Redis", total, burst, admitted, left)
+				if total > burst {
+					t.Errorf("admitted %d, budget %d", total, burst)
+				}
+				if total+left != burst {
+					t.Errorf("admitted %d + left %d = %d, want %d: tokens lost or made", total, left, total+left, burst)
+				}
+				if total < burst {
+					t.Errorf("admitted %d, want all %d under saturating demand", total, burst)
+				}
+				for _, l := range ls {
+					if s := l.Stats(); s.Overspent != 0 || s.FallbackAllowed != 0 || s.FailOpen != 0 {
+						t.Errorf("%s: Overspent = %d, FallbackAllowed = %d, FailOpen = %d, want 0", l.InstanceID(), s.Overspent, s.FallbackAllowed, s.FailOpen)
+					}
+				}
+				noTTL, seen := redistest.KeysWithoutTTL(t, newClient().(redis.UniversalClient), prefix)
+				if seen == 0 || len(noTTL) > 0 {
+					t.Errorf("keys seen %d, without TTL %v", seen, noTTL)
+				}
+			})
+		}
+	}
+}
+
+var _ = errors.Is
+var _ = math.Inf

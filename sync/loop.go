@@ -1,0 +1,233 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/lua"
+)
+
+// ErrRunning is returned by Start and Run when the loop already runs.
+var ErrRunning = errors.New("sync: loop already running")
+
+// Start runs the sync loop in a new goroutine until Close. It is Run in a
+// goroutine that Close waits for.
+func (l *Limiter) Start() error {
+	l.life.Lock()
+	defer l.life.Unlock()
+	if err := l.claimLoop(); err != nil {
+		return err
+	}
+	go l.loop(context.Background())
+	return nil
+}
+
+// Run runs the sync loop in the calling goroutine until ctx ends or Close
+// is called, and returns nil after Close or ctx.Err().
+func (l *Limiter) Run(ctx context.Context) error {
+	l.life.Lock()
+	err := l.claimLoop()
+	l.life.Unlock()
+	if err != nil {
+		return err
+	}
+	return l.loop(ctx)
+}
+
+// claimLoop marks the loop as running. The caller holds l.life.
+func (l *Limiter) claimLoop() error {
+	switch {
+	case l.closed.Load():
+		return ErrClosed
+	case l.running:
+		return ErrRunning
+	}
+	l.running = true
+	l.stop = make(chan struct{})
+	l.done = make(chan struct{})
+	return nil
+}
+
+func (l *Limiter) loop(ctx context.Context) error {
+	defer close(l.done)
+	t := time.NewTicker(l.tick())
+	defer t.Stop()
+	var lastPresence time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.stop:
+			return nil
+		case <-t.C:
+		case <-l.wake:
+		}
+		now := l.cfg.clock.Now()
+		if now.Sub(lastPresence) >= l.cfg.interval {
+			l.announce(ctx, true)
+			lastPresence = now
+		}
+		l.Sync(ctx)
+	}
+}
+
+// Sync runs one reconcile round now, for every entry that is due or
+// flagged, and evicts idle entries. The loop calls it every quarter sync
+// interval; call it yourself only to drive a Limiter without the loop, as
+// the simulator does.
+func (l *Limiter) Sync(ctx context.Context) error {
+	now := l.cfg.clock.Now()
+	var due []*entry
+	var idle []*entry
+	l.table.each(func(e *entry) {
+		e.mu.Lock()
+		if !e.inflight && (e.flagged || !now.Before(e.nextSync)) {
+			due = append(due, e)
+		}
+		if l.idle(e) {
+			idle = append(idle, e)
+		}
+		e.mu.Unlock()
+	})
+	l.takeFlagged() // the scan above found them all
+	for _, e := range idle {
+		e.mu.Lock()
+		gone := l.idle(e) && e.evict()
+		e.mu.Unlock()
+		if gone {
+			l.table.delete(e)
+			l.tracked.Add(-1)
+			l.stats.evictions.Add(1)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
+	defer cancel()
+	start := time.Now()
+	err := l.roundOf(ctx, due, false)
+	l.stats.rounds.Add(1)
+	l.stats.lastRound.Store(int64(time.Since(start)))
+	l.breaker.record(l.cfg.clock.Now(), err)
+	if err != nil {
+		l.stats.roundErrors.Add(1)
+	}
+	return err
+}
+
+// idle reports whether e can be evicted without losing anything: no
+// consumption for a few rounds, everything reported, nothing held that
+// Redis counts as ours. The caller holds e.mu.
+func (l *Limiter) idle(e *entry) bool {
+	if e.inflight || e.flagged || e.idle < 3 || !e.synced {
+		return false
+	}
+	if l.cfg.mode == Optimistic {
+		if e.consumed() != e.acked {
+			return false
+		}
+		e.take(e.avail.Load()) // self-issued allowance: nothing in Redis
+		return true
+	}
+	return e.avail.Load() == 0 && e.issued == e.acked
+}
+
+// announce records this instance in the presence set (or removes it) and
+// reads the live count.
+func (l *Limiter) announce(ctx context.Context, alive bool) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
+	defer cancel()
+	life := 3*l.cfg.interval + l.cfg.roundTimeout
+	flag := "0"
+	if alive {
+		flag = "1"
+	}
+	reply, err := lua.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
+	if err != nil {
+		l.cfg.logger.Warn("sync: presence", "err", err)
+		return
+	}
+	if n, ok := reply.(int64); ok && alive {
+		l.live.Store(max(n, 1))
+	}
+}
+
+// Close stops the loop, hands back unused allowance and reports consumption
+// in one final round, and removes this instance from the presence set. It
+// waits for the loop within ctx, and is safe to call more than once: later
+// calls return nil at once. Decisions after Close return ErrClosed once the
+// local allowance is spent.
+func (l *Limiter) Close(ctx context.Context) error {
+	l.life.Lock()
+	if l.closed.Swap(true) {
+		l.life.Unlock()
+		return nil
+	}
+	running := l.running
+	l.life.Unlock()
+	if running {
+		close(l.stop)
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return fmt.Errorf("sync: close: %w", ctx.Err())
+		}
+	}
+	var all []*entry
+	l.table.each(func(e *entry) { all = append(all, e) })
+	err := l.roundOf(ctx, all, true)
+	l.announce(ctx, false)
+	if err != nil {
+		return fmt.Errorf("sync: close: final round: %w", err)
+	}
+	return nil
+}
+
+// breaker keeps Redis off the request path once calls have failed for a
+// while, and lets it back after the first call that succeeds. The loop
+// keeps running rounds while it is open, so recovery needs no request.
+// Failures must span `after` (the sync interval) before it opens, so a slow
+// first call on a cold connection does not hand decisions to the failure
+// policy; until then decisions that cannot get allowance are denied.
+type breaker struct {
+	open      atomic.Bool
+	mu        stdsync.Mutex
+	failures  int
+	firstFail time.Time
+	after     time.Duration
+	opens     atomic.Uint64
+	closes    atomic.Uint64
+	log       *slog.Logger
+}
+
+func (b *breaker) init(log *slog.Logger, after time.Duration) { b.log, b.after = log, after }
+
+func (b *breaker) isOpen() bool { return b.open.Load() }
+
+// record counts the outcome of a call to Redis made at now.
+func (b *breaker) record(now time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.failures = 0
+		if b.open.Swap(false) {
+			b.closes.Add(1)
+			b.log.Info("sync: Redis reachable again; breaker closed")
+		}
+		return
+	}
+	if b.failures == 0 {
+		b.firstFail = now
+	}
+	b.failures++
+	if b.failures >= 2 && now.Sub(b.firstFail) >= b.after && !b.open.Swap(true) {
+		b.opens.Add(1)
+		b.log.Warn("sync: Redis failing; breaker open, failure policy deciding", "err", err)
+	}
+}

@@ -1,0 +1,335 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// Mode selects how a Limiter reconciles its local allowance with Redis.
+type Mode int
+
+const (
+	// Reserve (the default) takes allowance from the global bucket before
+	// spending it, so the total admitted never exceeds the global budget.
+	Reserve Mode = iota
+	// Optimistic spends first, against the last known global remaining,
+	// and reports what it spent each round. It never waits for Redis and
+	// may over-admit; see WithOvershootBudget for a bound.
+	Optimistic
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Reserve:
+		return "reserve"
+	case Optimistic:
+		return "optimistic"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// FailurePolicy says what a decision does when Redis cannot be asked: it is
+// unreachable, too slow, or the breaker keeps it off the request path.
+// Allowance already held locally is spent in every policy, since Redis
+// granted it.
+type FailurePolicy int
+
+const (
+	// FallbackLocal (the default) enforces, on each instance, its share of
+	// the limit: the limit divided by the live instance count last seen.
+	FallbackLocal FailurePolicy = iota
+	// FailOpen admits.
+	FailOpen
+	// FailClosed denies.
+	FailClosed
+)
+
+func (p FailurePolicy) String() string {
+	switch p {
+	case FallbackLocal:
+		return "fallback-local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// Clock tells the time. Inject one with WithClock to drive a Limiter in
+// virtual time; the default is the system clock.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Option configures a Limiter.
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+type config struct {
+	mode           Mode
+	interval       time.Duration
+	jitter         float64
+	maxKeysPerCall int
+	maxWait        time.Duration
+	roundTimeout   time.Duration
+	lookahead      float64
+	groups         int
+	maxKeys        int
+	prefix         string
+	instanceID     string
+	policy         FailurePolicy
+	overshoot      float64
+	lowLimit       float64
+	logger         *slog.Logger
+	clock          Clock
+}
+
+func defaults() config {
+	return config{
+		mode:           Reserve,
+		interval:       250 * time.Millisecond,
+		jitter:         0.1,
+		maxKeysPerCall: 256,
+		maxWait:        100 * time.Millisecond,
+		lookahead:      2,
+		groups:         64,
+		maxKeys:        1 << 20,
+		prefix:         hybridlimit.DefaultPrefix,
+		policy:         FallbackLocal,
+		overshoot:      -1,
+		lowLimit:       2,
+		logger:         slog.New(slog.DiscardHandler),
+		clock:          systemClock{},
+	}
+}
+
+// WithMode selects Reserve (the default) or Optimistic reconciling.
+// Example: WithMode(sync.Optimistic).
+func WithMode(m Mode) Option {
+	return optionFunc(func(c *config) error {
+		if m != Reserve && m != Optimistic {
+			return fmt.Errorf("sync: unknown mode %d", int(m))
+		}
+		c.mode = m
+		return nil
+	})
+}
+
+// WithSyncInterval sets how often active keys are reconciled with Redis
+// (default 250ms), and the jitter fraction applied to each key's next sync
+// (default 0.1, so 225ms to 275ms), which keeps instances from syncing in
+// lockstep. Example: WithSyncInterval(200*time.Millisecond, 0.1).
+func WithSyncInterval(d time.Duration, jitter float64) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond || d > time.Minute {
+			return fmt.Errorf("sync: sync interval %v is outside [1ms, 1m]", d)
+		}
+		if !(jitter >= 0 && jitter <= 0.5) {
+			return fmt.Errorf("sync: jitter %v is outside [0, 0.5]", jitter)
+		}
+		c.interval, c.jitter = d, jitter
+		return nil
+	})
+}
+
+// WithMaxKeysPerCall bounds the keys one script call reconciles (default
+// 256), which bounds how long one call blocks its Redis shard.
+// Example: WithMaxKeysPerCall(100).
+func WithMaxKeysPerCall(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > 10000 {
+			return fmt.Errorf("sync: max keys per call %d is outside [1, 10000]", n)
+		}
+		c.maxKeysPerCall = n
+		return nil
+	})
+}
+
+// WithMaxWait bounds how long a Reserve decision waits for Redis when its
+// key has no local allowance left (default 100ms). After it, the decision
+// is denied, or decided by the failure policy if Redis did not answer. The
+// caller's ctx bounds it too. Zero means never wait: a key out of allowance
+// is denied at once and refilled by the next round.
+// Example: WithMaxWait(20*time.Millisecond).
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 0 || d > time.Minute {
+			return fmt.Errorf("sync: max wait %v is outside [0, 1m]", d)
+		}
+		c.maxWait = d
+		return nil
+	})
+}
+
+// WithRoundTimeout bounds one reconcile round's Redis calls (default: the
+// sync interval). Example: WithRoundTimeout(100*time.Millisecond).
+func WithRoundTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond || d > time.Minute {
+			return fmt.Errorf("sync: round timeout %v is outside [1ms, 1m]", d)
+		}
+		c.roundTimeout = d
+		return nil
+	})
+}
+
+// WithLeaseLookahead sizes Reserve leases: an instance holds what its
+// recent demand would spend in lookahead sync intervals (default 2).
+// Larger leases mean fewer on-demand fetches and more tokens idle in other
+// instances' hands. Example: WithLeaseLookahead(1.5).
+func WithLeaseLookahead(intervals float64) Option {
+	return optionFunc(func(c *config) error {
+		if !(intervals >= 0.5 && intervals <= 100) {
+			return fmt.Errorf("sync: lease lookahead %v is outside [0.5, 100]", intervals)
+		}
+		c.lookahead = intervals
+		return nil
+	})
+}
+
+// WithSlotGroups sets how many hash-slot groups the keys are spread over
+// (default 64). A round makes at most one script call per group per
+// WithMaxKeysPerCall keys. Every instance sharing a limit must use the
+// same value: it is part of the key layout. Example: WithSlotGroups(128).
+func WithSlotGroups(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > hybridlimit.SlotCount {
+			return fmt.Errorf("sync: slot groups %d is outside [1, %d]", n, hybridlimit.SlotCount)
+		}
+		c.groups = n
+		return nil
+	})
+}
+
+// WithMaxKeys bounds the keys tracked in memory (default 1<<20). A new key
+// beyond it is decided by the failure policy until idle keys are evicted.
+// Example: WithMaxKeys(100_000).
+func WithMaxKeys(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("sync: max keys %d is below 1", n)
+		}
+		c.maxKeys = n
+		return nil
+	})
+}
+
+// WithPrefix sets the prefix of every Redis key (default "hl:").
+// Example: WithPrefix("api:rl:").
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) error {
+		if _, err := hybridlimit.NewKeyspace(p); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		c.prefix = p
+		return nil
+	})
+}
+
+var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// WithInstanceID names this instance in Redis (default: random). It must be
+// unique among live instances; 1 to 64 of A-Z a-z 0-9 . _ -.
+// Example: WithInstanceID(os.Getenv("POD_NAME")).
+func WithInstanceID(id string) Option {
+	return optionFunc(func(c *config) error {
+		if !instanceIDPattern.MatchString(id) {
+			return fmt.Errorf("sync: instance id %q is not 1 to 64 of [A-Za-z0-9._-]", id)
+		}
+		c.instanceID = id
+		return nil
+	})
+}
+
+// WithFailurePolicy chooses what decisions do while Redis cannot be asked
+// (default FallbackLocal). Example: WithFailurePolicy(sync.FailClosed).
+func WithFailurePolicy(p FailurePolicy) Option {
+	return optionFunc(func(c *config) error {
+		if p != FallbackLocal && p != FailOpen && p != FailClosed {
+			return fmt.Errorf("sync: unknown failure policy %d", int(p))
+		}
+		c.policy = p
+		return nil
+	})
+}
+
+// WithOvershootBudget bounds Optimistic mode's over-admission: with budget
+// f, the instances together admit at most f x Burst more than the global
+// bucket holds per sync round, because each may spend only its share of the
+// last known remaining plus f x Burst / live instances. Without it each
+// instance may spend the whole remaining, the Gubernator and WSO2 model.
+// Example: WithOvershootBudget(0.05) for at most 5% of a burst per round.
+func WithOvershootBudget(f float64) Option {
+	return optionFunc(func(c *config) error {
+		if !(f >= 0 && f <= 10) {
+			return fmt.Errorf("sync: overshoot budget %v is outside [0, 10]", f)
+		}
+		c.overshoot = f
+		return nil
+	})
+}
+
+// WithLowLimitThreshold sets the low-limit rule (default 2): a key whose
+// limit adds fewer than this many tokens per instance per sync interval
+// (Rate x interval / Period / live instances) holds no lease ahead of
+// demand; each request fetches exactly its cost, which is exact per-request
+// limiting at the price of one Redis round trip, coalesced with others.
+// Example: WithLowLimitThreshold(5).
+func WithLowLimitThreshold(tokens float64) Option {
+	return optionFunc(func(c *config) error {
+		if !(tokens >= 0 && tokens <= 1e6) {
+			return fmt.Errorf("sync: low-limit threshold %v is outside [0, 1e6]", tokens)
+		}
+		c.lowLimit = tokens
+		return nil
+	})
+}
+
+// WithLogger sends the limiter's few log lines (breaker switches, failed
+// rounds) to l. The default discards them. Example: WithLogger(slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return errors.New("sync: nil logger")
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// WithClock replaces the system clock, for virtual-time simulation and
+// tests. Example: WithClock(fakeClock).
+func WithClock(clk Clock) Option {
+	return optionFunc(func(c *config) error {
+		if clk == nil {
+			return errors.New("sync: nil clock")
+		}
+		c.clock = clk
+		return nil
+	})
+}
+
+func (c *config) finish() {
+	if c.roundTimeout == 0 {
+		c.roundTimeout = c.interval
+	}
+	if math.IsNaN(c.jitter) {
+		c.jitter = 0
+	}
+}

@@ -1,0 +1,316 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/lua"
+)
+
+// message is what one round says to Redis about one entry.
+type message struct {
+	e     *entry
+	limit hybridlimit.Limit
+	seq   int64
+	base  int64 // the ledger total as the instance last heard it
+	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
+	reply [4]int64
+	ok    bool
+}
+
+// round is one reconcile round: the messages prepared at one time, sent as
+// one script call per slot group and WithMaxKeysPerCall keys, and applied
+// when the replies arrive. Preparing, sending and applying are separate
+// steps so that a simulator can put virtual time between them.
+type round struct {
+	l     *Limiter
+	msgs  []message
+	calls int
+}
+
+// pipelineCalls bounds the script calls in one pipeline, and
+// pipelineParallel the pipelines in flight at once.
+const (
+	pipelineCalls    = 64
+	pipelineParallel = 4
+)
+
+// roundOf prepares, sends and applies one round for entries.
+func (l *Limiter) roundOf(ctx context.Context, entries []*entry, final bool) error {
+	r := l.prepare(l.cfg.clock.Now(), entries, final)
+	err := r.exec(ctx)
+	r.apply(l.cfg.clock.Now())
+	return err
+}
+
+// prepare computes a message for each entry that has something to say,
+// marks them in flight, and returns the round. In Reserve mode it first
+// takes back from the local counters any allowance it is about to return,
+// so that no reply, lost or late, can let this instance spend it.
+func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
+	r := &round{l: l, msgs: make([]message, 0, len(entries))}
+	for _, e := range entries {
+		e.mu.Lock()
+		e.flagged = false
+		if e.inflight || e.dead.Load() {
+			e.mu.Unlock()
+			continue
+		}
+		m, send := l.compose(now, e, final)
+		e.waiting = 0
+		if send {
+			m.e = e
+			m.seq = l.seq.Add(1)
+			e.inflight = true
+			r.msgs = append(r.msgs, m)
+		}
+		e.mu.Unlock()
+	}
+	return r
+}
+
+// compose computes e's message. The caller holds e.mu.
+func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
+	limit := *e.limit.Load()
+	consumed := e.consumed()
+	if dt := now.Sub(e.lastAt); dt >= l.cfg.interval/2 {
+		rate := float64(consumed-e.lastUsed) / dt.Seconds()
+		e.demand = max(rate, (e.demand+rate)/2) // rise at once, decay by halves
+		if consumed == e.lastUsed {
+			e.idle++
+		} else {
+			e.idle = 0
+		}
+		e.lastUsed, e.lastAt = consumed, now
+	}
+	m := message{limit: limit, base: e.acked}
+	if l.cfg.mode == Optimistic {
+		m.value = consumed
+		e.sent = consumed
+		return m, !e.synced || consumed != e.acked || final
+	}
+	held := max(e.avail.Load(), 0)
+	want := e.waiting
+	if !final && e.idle == 0 && !l.lowLimit(limit) {
+		want += int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
+	}
+	want = min(want, limit.Burst)
+	switch {
+	case held > 2*want || (want == 0 && held > 0):
+		e.take(held - want)
+	case held < want:
+		m.value = e.issued + want - held
+		return m, true
+	}
+	m.value = e.issued
+	return m, m.value != e.acked || !e.synced && e.waiting > 0
+}
+
+// lowLimit reports whether a limit is too low to lease ahead of demand:
+// fewer than the low-limit threshold of tokens per instance per interval.
+func (l *Limiter) lowLimit(limit hybridlimit.Limit) bool {
+	perInstance := limit.TokensIn(l.cfg.interval) / float64(max(l.live.Load(), 1))
+	return perInstance < l.cfg.lowLimit
+}
+
+// exec sends the round's messages and stores the replies in them. A call
+// that fails leaves its messages without a reply; the next round says the
+// same in absolute terms, so nothing is lost and nothing counts twice.
+func (r *round) exec(ctx context.Context) error {
+	if len(r.msgs) == 0 {
+		return nil
+	}
+	calls := r.batches()
+	r.calls = len(calls)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(pipelineParallel)
+	errs := make([]error, (len(calls)+pipelineCalls-1)/pipelineCalls)
+	for i := 0; i*pipelineCalls < len(calls); i++ {
+		part := calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]
+		g.Go(func() error {
+			errs[i] = r.l.pipeline(ctx, part)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	r.l.stats.scriptCalls.Add(uint64(len(calls)))
+	return errors.Join(errs...)
+}
+
+// call is one script call: the messages of one slot group, in order.
+type call struct {
+	msgs []*message
+	keys []string
+	args []any
+}
+
+// batches splits the messages into script calls by slot group.
+func (r *round) batches() []*call {
+	mode := "r"
+	if r.l.cfg.mode == Optimistic {
+		mode = "o"
+	}
+	open := map[int]*call{}
+	var calls []*call
+	for i := range r.msgs {
+		m := &r.msgs[i]
+		c := open[m.e.group]
+		if c == nil || len(c.msgs) == r.l.cfg.maxKeysPerCall {
+			c = &call{args: []any{0, r.l.ledgerTTL(), mode}}
+			open[m.e.group] = c
+			calls = append(calls, c)
+		}
+		c.msgs = append(c.msgs, m)
+		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey)
+		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value)
+	}
+	return calls
+}
+
+// ledgerTTL is how long a ledger outlives its last message, in
+// milliseconds: long enough that no message still in flight can find it
+// gone, and a ledger that does lapse only costs a full-total resend.
+func (l *Limiter) ledgerTTL() int64 {
+	return max(time.Minute, 20*l.cfg.interval).Milliseconds()
+}
+
+// pipeline sends calls in one pipeline and decodes the replies. Calls that
+// meet NOSCRIPT (a restarted or failed-over node) are sent again with EVAL,
+// which also loads the script there; messages are idempotent, so a call
+// that did run is harmless to repeat.
+func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
+	pipe := l.rdb.Pipeline()
+	cmds := make([]interface{ Result() (any, error) }, len(calls))
+	for i, c := range calls {
+		cmds[i] = lua.Sync.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry []int
+	for i, cmd := range cmds {
+		if _, err := cmd.Result(); lua.IsNoScript(err) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		pipe = l.rdb.Pipeline()
+		for _, i := range retry {
+			cmds[i] = lua.Sync.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	var errs []error
+	for i, cmd := range cmds {
+		reply, err := cmd.Result()
+		if err == nil {
+			err = decodeInto(reply, calls[i].msgs)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func decodeInto(reply any, msgs []*message) error {
+	v, err := lua.DecodeInts(reply, 4*len(msgs))
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	for i, m := range msgs {
+		copy(m.reply[:], v[4*i:4*i+4])
+		if m.reply[0] < 0 || m.reply[1] < 0 || m.reply[2] < 0 || m.reply[3] < 0 {
+			return fmt.Errorf("sync: %w: negative field in %v", lua.ErrMalformedReply, m.reply)
+		}
+		m.ok = true
+	}
+	return nil
+}
+
+// apply folds the replies into the entries and schedules their next sync.
+func (r *round) apply(now time.Time) {
+	l := r.l
+	for i := range r.msgs {
+		m := &r.msgs[i]
+		e := m.e
+		e.mu.Lock()
+		e.inflight = false
+		if m.ok {
+			l.applyReply(now, e, m)
+		}
+		e.mu.Unlock()
+	}
+	l.stats.messages.Add(uint64(len(r.msgs)))
+}
+
+// applyReply folds one reply into e. The caller holds e.mu.
+func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
+	total, remaining, retryUS, resetUS := m.reply[0], m.reply[1], m.reply[2], m.reply[3]
+	e.acked, e.synced = total, true
+	if l.cfg.mode == Optimistic {
+		spentSince := e.consumed() - e.sent
+		view := remaining - spentSince
+		want := l.optimisticAllowance(m.limit, view)
+		if held := max(e.avail.Load(), 0); want > held {
+			e.give(want - held)
+		} else {
+			e.take(held - want)
+		}
+		remaining = max(view-max(e.avail.Load(), 0), 0)
+	} else if total > e.issued {
+		e.give(total - e.issued)
+	} else if short := e.issued - total; short > 0 {
+		// Redis holds fewer tokens for us than we hand out: only a ledger
+		// lost with tokens in it does that. Take back what is unspent and
+		// count the rest, which was over-admitted.
+		if over := short - e.take(short); over > 0 {
+			e.issued -= over
+			l.stats.overspent.Add(uint64(over))
+		}
+	}
+	e.remaining.Store(remaining)
+	e.resetAfter.Store(int64(time.Duration(resetUS) * time.Microsecond))
+	if retryUS > 0 {
+		e.denyUntil.Store(l.nanos(now) + int64(time.Duration(retryUS)*time.Microsecond))
+	} else {
+		e.denyUntil.Store(0)
+	}
+	e.nextSync = now.Add(l.nextInterval(e, m.limit))
+}
+
+// nextInterval returns the time until e's next sync: the sync interval,
+// jittered, or sooner when the key's allowance will run out before then or
+// its global bucket is nearly empty.
+func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration {
+	d := l.cfg.interval
+	held := float64(max(e.avail.Load(), 0))
+	if e.demand > 0 {
+		if runOut := time.Duration(held / e.demand * float64(time.Second)); runOut < d {
+			d = max(runOut/2, l.tick())
+		}
+	}
+	if e.remaining.Load() < limit.Burst/10 && e.demand > 0 {
+		d = max(min(d, l.cfg.interval/2), l.tick())
+	}
+	return time.Duration(float64(d) * l.jitter(uint64(e.epoch)^uint64(e.acked)))
+}
+
+// jitter returns a factor in [1-j, 1+j] for the configured jitter j, drawn
+// from x by a SplitMix64 step: deterministic for a deterministic clock, so
+// a simulation in virtual time replays exactly.
+func (l *Limiter) jitter(x uint64) float64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	u := float64(x>>11) / (1 << 53)
+	return 1 + l.cfg.jitter*(2*u-1)
+}
+
+// tick is the loop's wake-up period: a quarter of the sync interval.
+func (l *Limiter) tick() time.Duration { return max(l.cfg.interval/4, time.Millisecond) }
