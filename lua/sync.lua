@@ -11,23 +11,32 @@
 --   report ("o"): value = tokens the instance has admitted in all. What is
 --     above the ledger's total is debited from the bucket, which may go into
 --     debt at most one burst deep, so over-admission is paid back by later
---     denials instead of forgotten.
+--     denials instead of forgotten. The reply also carries the allowance the
+--     instance may admit before its next report. With an overshoot budget
+--     (ARGV per key, >= 0) the allowances of all instances, each recorded
+--     in a hash until it lapses, never add up to more than what the bucket
+--     holds plus the budget; without one (-1) the allowance is everything
+--     the bucket holds.
 --
 -- The bucket is a GCRA theoretical arrival time: a float of microseconds
 -- stored with 17 significant digits, since one token is period / rate
 -- microseconds, rarely a whole number. Whole tokens are counted with a
 -- tolerance of 1e-6 token against float rounding.
 --
--- KEYS[2i-1]  global bucket of key i: string, the GCRA theoretical arrival
---             time in microseconds of Redis TIME; absent means a full bucket.
--- KEYS[2i]    ledger of key i for this instance: string "seq epoch total":
+-- KEYS[3i-2]  global bucket of key i: string, the GCRA theoretical arrival
+--             time in microseconds; absent means a full bucket.
+-- KEYS[3i-1]  ledger of key i for this instance: string "seq epoch total":
 --             the last applied sequence number, the epoch (first sequence
 --             number) of the instance's state for the key that wrote it, and
 --             the tokens granted (reserve) or debited (report) in all.
+-- KEYS[3i]    allowances of key i (report mode with a budget): hash from
+--             instance id to "allowance lapse_us".
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]     ledger TTL in milliseconds.
 -- ARGV[3]     mode: "r" or "o".
--- ARGV[4+7(i-1) ..] per key, seven integers:
+-- ARGV[4]     this instance's id.
+-- ARGV[5]     allowance lifetime in microseconds.
+-- ARGV[6+8(i-1) ..] per key, eight integers:
 --             rate (tokens per period), period (us), burst (tokens),
 --             seq (this message's sequence number: increasing per instance),
 --             epoch (the first sequence number of the instance's state for
@@ -35,22 +44,62 @@
 --             base (the total as the instance last heard it; the total when
 --                   the ledger is missing, say after it expired, or belongs
 --                   to an older epoch),
---             value (see the modes).
--- Reply: a flat array, four integers per key:
+--             value (see the modes),
+--             budget (report mode: overshoot budget in tokens, or -1).
+-- Reply: a flat array, five integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
 --             retry_us (time until one token is available; 0 if one is),
---             reset_us (time until the bucket is full).
+--             reset_us (time until the bucket is full),
+--             allowance (report mode: tokens the instance may admit beyond
+--                        value before its next report; reserve mode: 0).
 local now = now_us()
 local ledger_ttl = int_arg(2)
 local reserve = ARGV[3] == 'r'
+local id = ARGV[4]
+local lifetime = int_arg(5)
 local reply = {}
-for i = 1, #KEYS / 2 do
-  local bkey, lkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 4 + 7 * (i - 1)
+
+-- share returns this instance's allowance under a budget, recording it:
+-- what the bucket holds plus the budget, less the live allowances of the
+-- other instances, at most an equal share among the instances holding one.
+local function share(akey, remaining, budget)
+  local others, holders = 0, 1
+  local all = redis.call('HGETALL', akey)
+  for k = 1, #all, 2 do
+    if all[k] ~= id then
+      local a, lapse = string.match(all[k + 1], '^(%d+) (%d+)$')
+      if tonumber(lapse) > now then
+        others = others + tonumber(a)
+        holders = holders + 1
+      else
+        redis.call('HDEL', akey, all[k])
+      end
+    end
+  end
+  local pool = remaining + budget
+  local grant = math.max(0, math.min(pool - others, ceil_div(pool, holders)))
+  redis.call('HSET', akey, id, string.format('%.0f %.0f', grant, now + lifetime))
+  redis.call('PEXPIRE', akey, ttl_ms(lifetime))
+  return grant
+end
+
+-- recorded returns the allowance recorded for this instance, for a message
+-- that repeats one already applied.
+local function recorded(akey)
+  local v = redis.call('HGET', akey, id)
+  if not v then return 0 end
+  local a, lapse = string.match(v, '^(%d+) (%d+)$')
+  if tonumber(lapse) <= now then return 0 end
+  return tonumber(a)
+end
+
+for i = 1, #KEYS / 3 do
+  local bkey, lkey, akey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local a = 6 + 8 * (i - 1)
   local rate, period, burst = int_arg(a), int_arg(a + 1), int_arg(a + 2)
   local seq, epoch = int_arg(a + 3), int_arg(a + 4)
-  local base, value = int_arg(a + 5), int_arg(a + 6)
+  local base, value, budget = int_arg(a + 5), int_arg(a + 6), int_arg(a + 7)
   local interval = period / rate
   local tolerance = burst * interval
   local tat = tonumber(redis.call('GET', bkey)) or now
@@ -66,7 +115,8 @@ for i = 1, #KEYS / 2 do
     lseq = tonumber(s)
     if tonumber(e) == epoch then total = tonumber(n) end
   end
-  if seq > lseq then
+  local fresh = seq > lseq
+  if fresh then
     if reserve and value < total then
       tat = math.max(now, tat - (total - value) * interval)
       total = value
@@ -86,11 +136,24 @@ for i = 1, #KEYS / 2 do
     end
   end
   local remaining = math.max(0, available())
+  local allowance = 0
+  if not reserve then
+    if budget < 0 then
+      allowance = remaining
+    elseif fresh and remaining > 0 then
+      allowance = share(akey, remaining, budget)
+    elseif fresh then
+      redis.call('HDEL', akey, id)
+    else
+      allowance = recorded(akey)
+    end
+  end
   local retry = 0
   if remaining < 1 then retry = math.ceil(tat - tolerance + interval - now) end
-  reply[4 * i - 3] = total
-  reply[4 * i - 2] = remaining
-  reply[4 * i - 1] = retry
-  reply[4 * i] = math.ceil(tat - now)
+  reply[5 * i - 4] = total
+  reply[5 * i - 3] = remaining
+  reply[5 * i - 2] = retry
+  reply[5 * i - 1] = math.ceil(tat - now)
+  reply[5 * i] = allowance
 end
 return reply

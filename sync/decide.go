@@ -51,7 +51,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if l.breaker.isOpen() {
 			return l.degraded(now, key, limit, cost), nil
 		}
-		if l.cfg.mode == Optimistic || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) {
+		if (l.cfg.mode == Optimistic && e.synced.Load()) || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0)
 			l.stats.deniedLocal.Add(1)
@@ -112,22 +112,18 @@ func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time) (*en
 }
 
 func (l *Limiter) newEntry(key string, limit hybridlimit.Limit, now time.Time) *entry {
-	bucket, ledger := l.Keys(key)
+	bucket, ledger, allow := l.Keys(key)
 	e := &entry{
 		key:       key,
 		group:     l.group(key),
 		bucketKey: bucket,
 		ledgerKey: ledger,
+		allowKey:  allow,
 		epoch:     l.seq.Add(1),
 		lastAt:    now,
 	}
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)
-	if l.cfg.mode == Optimistic {
-		// Until Redis answers, assume a full bucket.
-		e.give(l.optimisticAllowance(limit, limit.Burst))
-		e.remaining.Store(limit.Burst - e.issued)
-	}
 	return e
 }
 
@@ -149,12 +145,14 @@ func (l *Limiter) flag(e *entry, cost int64) {
 	}
 }
 
-// fetch runs one round for the flagged entries, shared with every decision
-// that asks meanwhile, and bounded by ctx and deadline.
+// fetch runs one round for the flagged entries, bounded by ctx and
+// deadline. Rounds never overlap: a decision that asks while another round
+// is in flight waits for that one and shares its outcome, and its own key
+// goes in the next round if that one did not carry it.
 func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
-	_, err, _ := l.fetches.Do("fetch", func() (any, error) {
-		ctx, cancel := context.WithDeadline(ctx, deadline)
-		defer cancel()
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return l.exclusive(func() error {
 		l.stats.fetches.Add(1)
 		err := l.roundOf(ctx, l.takeFlagged(), false)
 		if err != nil {
@@ -163,8 +161,14 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			l.breaker.record(l.cfg.clock.Now(), err) // a caller giving up says nothing of Redis
 		}
-		return nil, err
+		return err
 	})
+}
+
+// exclusive runs f unless a round is already running, in which case it
+// waits for that round and returns its error instead.
+func (l *Limiter) exclusive(f func() error) error {
+	_, err, _ := l.rounds.Do("round", func() (any, error) { return nil, f() })
 	return err
 }
 
@@ -216,15 +220,4 @@ func (l *Limiter) share(limit hybridlimit.Limit) hybridlimit.Limit {
 		return hybridlimit.Limit{Rate: 1, Period: hybridlimit.MaxRefill, Burst: 1}
 	}
 	return s
-}
-
-// optimisticAllowance returns what this instance may spend of a key until
-// its next round, given the global remaining as it sees it.
-func (l *Limiter) optimisticAllowance(limit hybridlimit.Limit, view int64) int64 {
-	view = max(view, 0)
-	if l.cfg.overshoot < 0 {
-		return view
-	}
-	n := max(l.live.Load(), 1)
-	return view/n + int64(l.cfg.overshoot*float64(limit.Burst))/n
 }

@@ -27,19 +27,22 @@ type entry struct {
 	group      int
 	bucketKey  string
 	ledgerKey  string
+	allowKey   string
 	epoch      int64        // first sequence number of this entry's messages
 	denyUntil  atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 	remaining  atomic.Int64 // global tokens left as of the last sync
 	resetAfter atomic.Int64 // nanoseconds until the global bucket is full, as of the last sync
 	dead       atomic.Bool  // evicted or replaced; look the key up again
+	synced     atomic.Bool  // Redis has answered for this entry at least once
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
 	issued   int64         // allowance handed to avail in all
 	acked    int64         // the ledger's total as last heard from Redis
 	inflight bool          // a message for this entry awaits its reply
 	sent     int64         // Optimistic: consumption carried by the message in flight
+	sentAt   time.Time     // when the message in flight was prepared
+	grantAt  time.Time     // Optimistic: when the message that brought the allowance was prepared
 	waiting  int64         // cost of decisions waiting for allowance
-	synced   bool          // Redis has answered at least once
 	lastUsed int64         // consumption at the previous round, for the demand estimate
 	lastAt   time.Time     // time of the previous round
 	demand   float64       // tokens per second, smoothed

@@ -56,7 +56,7 @@ type Limiter struct {
 	seq      atomic.Int64
 	live     atomic.Int64 // instances seen alive in Redis, at least 1
 	presence string       // key of the presence set
-	fetches  singleflight.Group
+	rounds   singleflight.Group // keeps rounds from overlapping
 	wake     chan struct{} // pokes the loop for an early round
 
 	tracked atomic.Int64 // entries in table
@@ -142,11 +142,11 @@ func (l *Limiter) group(key string) int {
 	return int(h.Sum32() % uint32(len(l.tags)))
 }
 
-// Keys returns the Redis keys of key's global bucket and of this
-// instance's ledger for it, for inspection and tests.
-func (l *Limiter) Keys(key string) (bucket, ledger string) {
+// Keys returns the Redis keys of key's global bucket, of this instance's
+// ledger for it, and of its Optimistic allowances, for inspection and tests.
+func (l *Limiter) Keys(key string) (bucket, ledger, allowances string) {
 	tag := l.tags[l.group(key)]
-	return l.ks.Tagged(tag, "b:"+key), l.ks.Tagged(tag, "l:"+l.cfg.instanceID+":"+key)
+	return l.ks.Tagged(tag, "b:"+key), l.ks.Tagged(tag, "l:"+l.cfg.instanceID+":"+key), l.ks.Tagged(tag, "a:"+key)
 }
 
 // InstanceID returns the name of this instance in Redis.

@@ -21,6 +21,13 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
+// noLeaks checks, after every other cleanup of the test has run (limiters
+// closed, clients closed), that the test left no goroutine behind.
+func noLeaks(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
 // frozen is a limit whose refill over a test is far below one token, so
 // the global budget of a test is exactly its burst.
 func frozen(burst int64) hybridlimit.Limit {
@@ -111,13 +118,13 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, ledger := probe.Keys(key)
-	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger}, 0, 60000, "r",
-		limit.Rate, limit.Period.Microseconds(), limit.Burst, 1, 1, 0, 0)
+	bucket, ledger, allow := probe.Keys(key)
+	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
+		limit.Rate, limit.Period.Microseconds(), limit.Burst, 1, 1, 0, 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := lua.DecodeInts(reply, 4)
+	v, err := lua.DecodeInts(reply, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +132,7 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 }
 
 func TestReserveNeverExceedsBudget(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	noLeaks(t)
 	for _, tc := range []struct {
 		name string
 		rdb  func(t *testing.T) func() hybridlimit.Redis
@@ -183,3 +190,110 @@ func TestReserveNeverExceedsBudget(t *testing.T) {
 
 var _ = errors.Is
 var _ = math.Inf
+
+// clients returns a function making a new client per limiter on the
+// shared standalone server or cluster.
+func clients(t *testing.T, cluster bool) func() hybridlimit.Redis {
+	if cluster {
+		c := redistest.ClusterOf(t)
+		return func() hybridlimit.Redis { return c.Client(t) }
+	}
+	s := redistest.StandaloneServer(t)
+	return func() hybridlimit.Redis { return s.Client(t) }
+}
+
+func TestOptimisticStaysWithinBound(t *testing.T) {
+	noLeaks(t)
+	const burst, n = 4000, 4
+	for _, tc := range []struct {
+		name   string
+		budget float64 // < 0: none
+		bound  int64
+	}{
+		// Without a budget each instance may spend all it last saw remain.
+		{"no-budget", -1, n * burst},
+		// With budget f, the instances share what remains and each adds
+		// f x burst / n: together at most f x burst over per round, and a
+		// frozen bucket has one round with anything left.
+		{"budget=0.05", 0.05, burst + burst*5/100 + n},
+	} {
+		for _, cluster := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/cluster=%v", tc.name, cluster), func(t *testing.T) {
+				newClient := clients(t, cluster)
+				prefix := redistest.Prefix(t)
+				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithMode(hlsync.Optimistic), hlsync.WithSyncInterval(50*time.Millisecond, 0.1)}
+				if tc.budget >= 0 {
+					opts = append(opts, hlsync.WithOvershootBudget(tc.budget))
+				}
+				ls := newLimiters(t, n, newClient, opts...)
+				for _, l := range ls { // let presence count the instances
+					if err := l.Sync(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(60 * time.Millisecond)
+				admitted, err := hammer(ls, 4, "hot", frozen(burst), burst, 300*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total := sum(admitted)
+				t.Logf("admitted %d of %d (%+.1f%%), per instance %v", total, burst, 100*float64(total-burst)/burst, admitted)
+				if total > tc.bound {
+					t.Errorf("admitted %d, bound %d", total, tc.bound)
+				}
+				if total < burst {
+					t.Errorf("admitted %d, want at least the budget %d under saturating demand", total, burst)
+				}
+			})
+		}
+	}
+}
+
+// TestLowLimitIsExact checks the low-limit rule: a limit too small to lease
+// out admits exactly its budget across instances, no more and no fewer.
+func TestLowLimitIsExact(t *testing.T) {
+	noLeaks(t)
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
+			newClient := clients(t, cluster)
+			prefix := redistest.Prefix(t)
+			limit := hybridlimit.PerHour(20) // 0.0014 tokens per 250ms interval
+			ls := newLimiters(t, 3, newClient, hlsync.WithPrefix(prefix))
+			admitted, err := hammer(ls, 4, "login:alice", limit, 20, 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total := sum(admitted); total != 20 {
+				t.Errorf("admitted %d (per instance %v), want exactly 20", total, admitted)
+			}
+		})
+	}
+}
+
+// TestColdKeysExact checks many keys each asked for a few times: every
+// key admits exactly its limit.
+func TestColdKeysExact(t *testing.T) {
+	noLeaks(t)
+	newClient := clients(t, true)
+	ls := newLimiters(t, 2, newClient, hlsync.WithPrefix(redistest.Prefix(t)))
+	limit := frozen(3)
+	ctx := context.Background()
+	for k := range 200 {
+		key := fmt.Sprintf("user:%d", k)
+		got := 0
+		for i := range 8 {
+			r, err := ls[i%2].Allow(ctx, key, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				got++
+			} else if r.RetryAfter <= 0 {
+				t.Fatalf("%s: denied with RetryAfter %v", key, r.RetryAfter)
+			}
+		}
+		if got != 3 {
+			t.Fatalf("%s: admitted %d of 8, want 3", key, got)
+		}
+	}
+}

@@ -78,23 +78,78 @@ func (l *Limiter) loop(ctx context.Context) error {
 
 // Sync runs one reconcile round now, for every entry that is due or
 // flagged, and evicts idle entries. The loop calls it every quarter sync
-// interval; call it yourself only to drive a Limiter without the loop, as
-// the simulator does.
+// interval; call it yourself only to drive a Limiter without the loop. If
+// a round is already running, Sync waits for it instead.
 func (l *Limiter) Sync(ctx context.Context) error {
+	return l.exclusive(func() error {
+		r := l.BeginRound()
+		err := r.Send(ctx)
+		r.Finish()
+		return err
+	})
+}
+
+// Round is one reconcile round split into its steps, so that a simulator
+// in virtual time can let time pass between sending and the replies'
+// arrival. Sync runs the same three steps back to back.
+type Round struct {
+	r *round
+}
+
+// BeginRound sweeps the table at the clock's time: it evicts idle entries
+// and prepares a message for every entry due or flagged. Rounds must not
+// overlap: use either the loop or BeginRound, not both.
+func (l *Limiter) BeginRound() *Round {
 	now := l.cfg.clock.Now()
-	var due []*entry
+	due := l.sweep(now)
+	l.takeFlagged() // the sweep found them all
+	return &Round{r: l.prepare(now, due, false)}
+}
+
+// Send sends the round's script calls, bounded by the round timeout.
+func (r *Round) Send(ctx context.Context) error {
+	l := r.r.l
+	if len(r.r.msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
+	defer cancel()
+	start := time.Now()
+	err := r.r.exec(ctx)
+	l.stats.rounds.Add(1)
+	l.stats.lastRound.Store(int64(time.Since(start)))
+	l.breaker.record(l.cfg.clock.Now(), err)
+	if err != nil {
+		l.stats.roundErrors.Add(1)
+	}
+	return err
+}
+
+// Finish applies the replies at the clock's time.
+func (r *Round) Finish() { r.r.apply(r.r.l.cfg.clock.Now()) }
+
+// Messages returns the number of keys the round carries.
+func (r *Round) Messages() int { return len(r.r.msgs) }
+
+// Calls returns the number of script calls the round made.
+func (r *Round) Calls() int { return r.r.calls }
+
+// sweep returns the entries due for a sync or flagged, and evicts the idle.
+func (l *Limiter) sweep(now time.Time) (due []*entry) {
 	var idle []*entry
 	l.table.each(func(e *entry) {
 		e.mu.Lock()
-		if !e.inflight && (e.flagged || !now.Before(e.nextSync)) {
+		if e.flagged || !now.Before(e.nextSync) {
 			due = append(due, e)
+		}
+		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()-l.tick() {
+			e.take(e.avail.Load()) // about to lapse in Redis: stop spending it
 		}
 		if l.idle(e) {
 			idle = append(idle, e)
 		}
 		e.mu.Unlock()
 	})
-	l.takeFlagged() // the scan above found them all
 	for _, e := range idle {
 		e.mu.Lock()
 		gone := l.idle(e) && e.evict()
@@ -105,27 +160,14 @@ func (l *Limiter) Sync(ctx context.Context) error {
 			l.stats.evictions.Add(1)
 		}
 	}
-	if len(due) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
-	defer cancel()
-	start := time.Now()
-	err := l.roundOf(ctx, due, false)
-	l.stats.rounds.Add(1)
-	l.stats.lastRound.Store(int64(time.Since(start)))
-	l.breaker.record(l.cfg.clock.Now(), err)
-	if err != nil {
-		l.stats.roundErrors.Add(1)
-	}
-	return err
+	return due
 }
 
 // idle reports whether e can be evicted without losing anything: no
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(e *entry) bool {
-	if e.inflight || e.flagged || e.idle < 3 || !e.synced {
+	if e.inflight || e.flagged || e.idle < 3 || !e.synced.Load() {
 		return false
 	}
 	if l.cfg.mode == Optimistic {
@@ -179,9 +221,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
 	}
-	var all []*entry
-	l.table.each(func(e *entry) { all = append(all, e) })
-	err := l.roundOf(ctx, all, true)
+	err := l.exclusive(func() error {
+		var all []*entry
+		l.table.each(func(e *entry) { all = append(all, e) })
+		return l.roundOf(ctx, all, true)
+	})
 	l.announce(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)

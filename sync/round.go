@@ -20,7 +20,7 @@ type message struct {
 	seq   int64
 	base  int64 // the ledger total as the instance last heard it
 	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
-	reply [4]int64
+	reply [5]int64
 	ok    bool
 }
 
@@ -68,6 +68,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			m.e = e
 			m.seq = l.seq.Add(1)
 			e.inflight = true
+			e.sentAt = now
 			r.msgs = append(r.msgs, m)
 		}
 		e.mu.Unlock()
@@ -93,7 +94,8 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	if l.cfg.mode == Optimistic {
 		m.value = consumed
 		e.sent = consumed
-		return m, !e.synced || consumed != e.acked || final
+		expiring := l.cfg.overshoot >= 0 && e.avail.Load() > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2
+		return m, !e.synced.Load() || consumed != e.acked || final || expiring
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
@@ -109,7 +111,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		return m, true
 	}
 	m.value = e.issued
-	return m, m.value != e.acked || !e.synced && e.waiting > 0
+	return m, m.value != e.acked || !e.synced.Load() && e.waiting > 0
 }
 
 // lowLimit reports whether a limit is too low to lease ahead of demand:
@@ -156,21 +158,37 @@ func (r *round) batches() []*call {
 	if r.l.cfg.mode == Optimistic {
 		mode = "o"
 	}
+	header := []any{0, r.l.ledgerTTL(), mode, r.l.cfg.instanceID, r.l.allowanceLife().Microseconds()}
 	open := map[int]*call{}
 	var calls []*call
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		c := open[m.e.group]
 		if c == nil || len(c.msgs) == r.l.cfg.maxKeysPerCall {
-			c = &call{args: []any{0, r.l.ledgerTTL(), mode}}
+			c = &call{args: append([]any(nil), header...)}
 			open[m.e.group] = c
 			calls = append(calls, c)
 		}
 		c.msgs = append(c.msgs, m)
-		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey)
-		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value)
+		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey, m.e.allowKey)
+		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value, r.l.budget(m.limit))
 	}
 	return calls
+}
+
+// budget returns the overshoot budget in tokens for limit, or -1 for none.
+func (l *Limiter) budget(limit hybridlimit.Limit) int64 {
+	if l.cfg.overshoot < 0 {
+		return -1
+	}
+	return int64(l.cfg.overshoot * float64(limit.Burst))
+}
+
+// allowanceLife is how long an Optimistic allowance counts in Redis against
+// the other instances' allowances. The instance stops spending it a tick
+// earlier (see sweep), and renews it at half its life.
+func (l *Limiter) allowanceLife() time.Duration {
+	return 4*l.cfg.interval + l.cfg.roundTimeout
 }
 
 // ledgerTTL is how long a ledger outlives its last message, in
@@ -218,14 +236,16 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 }
 
 func decodeInto(reply any, msgs []*message) error {
-	v, err := lua.DecodeInts(reply, 4*len(msgs))
+	v, err := lua.DecodeInts(reply, 5*len(msgs))
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	for i, m := range msgs {
-		copy(m.reply[:], v[4*i:4*i+4])
-		if m.reply[0] < 0 || m.reply[1] < 0 || m.reply[2] < 0 || m.reply[3] < 0 {
-			return fmt.Errorf("sync: %w: negative field in %v", lua.ErrMalformedReply, m.reply)
+		copy(m.reply[:], v[5*i:5*i+5])
+		for _, x := range m.reply {
+			if x < 0 {
+				return fmt.Errorf("sync: %w: negative field in %v", lua.ErrMalformedReply, m.reply)
+			}
 		}
 		m.ok = true
 	}
@@ -250,18 +270,20 @@ func (r *round) apply(now time.Time) {
 
 // applyReply folds one reply into e. The caller holds e.mu.
 func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
-	total, remaining, retryUS, resetUS := m.reply[0], m.reply[1], m.reply[2], m.reply[3]
-	e.acked, e.synced = total, true
+	total, remaining, retryUS, resetUS, allowance := m.reply[0], m.reply[1], m.reply[2], m.reply[3], m.reply[4]
+	e.acked = total
+	e.synced.Store(true)
 	if l.cfg.mode == Optimistic {
-		spentSince := e.consumed() - e.sent
-		view := remaining - spentSince
-		want := l.optimisticAllowance(m.limit, view)
+		// The allowance counts from the consumption the message carried;
+		// what was admitted since comes out of it.
+		want := max(allowance-(e.consumed()-e.sent), 0)
 		if held := max(e.avail.Load(), 0); want > held {
 			e.give(want - held)
 		} else {
 			e.take(held - want)
 		}
-		remaining = max(view-max(e.avail.Load(), 0), 0)
+		e.grantAt = e.sentAt
+		remaining = max(remaining-allowance, 0)
 	} else if total > e.issued {
 		e.give(total - e.issued)
 	} else if short := e.issued - total; short > 0 {
