@@ -69,7 +69,7 @@ func (l *Limiter) loop(ctx context.Context) error {
 		}
 		now := l.cfg.clock.Now()
 		if now.Sub(lastPresence) >= l.cfg.interval {
-			l.announce(ctx, true)
+			_ = l.Announce(ctx)
 			lastPresence = now
 		}
 		l.Sync(ctx)
@@ -180,9 +180,15 @@ func (l *Limiter) idle(e *entry) bool {
 	return e.avail.Load() == 0 && e.issued == e.acked
 }
 
+// Announce records this instance as alive in Redis and reads the live
+// instance count, which sizes the low-limit rule, the fallback shares and
+// the Optimistic allowances. The loop calls it every sync interval; call it
+// yourself only to drive a Limiter without the loop.
+func (l *Limiter) Announce(ctx context.Context) error { return l.announce(ctx, true) }
+
 // announce records this instance in the presence set (or removes it) and
 // reads the live count.
-func (l *Limiter) announce(ctx context.Context, alive bool) {
+func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
 	defer cancel()
 	life := 3*l.cfg.interval + l.cfg.roundTimeout
@@ -193,11 +199,16 @@ func (l *Limiter) announce(ctx context.Context, alive bool) {
 	reply, err := lua.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
 	if err != nil {
 		l.cfg.logger.Warn("sync: presence", "err", err)
-		return
+		return fmt.Errorf("sync: presence: %w", err)
 	}
-	if n, ok := reply.(int64); ok && alive {
+	n, ok := reply.(int64)
+	if !ok {
+		return fmt.Errorf("sync: presence: %w: %T", lua.ErrMalformedReply, reply)
+	}
+	if alive {
 		l.live.Store(max(n, 1))
 	}
+	return nil
 }
 
 // Close stops the loop, hands back unused allowance and reports consumption
@@ -226,7 +237,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		l.table.each(func(e *entry) { all = append(all, e) })
 		return l.roundOf(ctx, all, true)
 	})
-	l.announce(ctx, false)
+	_ = l.announce(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)
 	}
