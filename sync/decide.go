@@ -145,24 +145,46 @@ func (l *Limiter) flag(e *entry, cost int64) {
 	}
 }
 
-// fetch runs one round for the flagged entries, bounded by ctx and
-// deadline. Rounds never overlap: a decision that asks while another round
-// is in flight waits for that one and shares its outcome, and its own key
-// goes in the next round if that one did not carry it.
+// errFetchTimeout is what a decision records when Redis did not answer its
+// fetch within the max wait.
+var errFetchTimeout = errors.New("sync: no reply within the max wait")
+
+// fetch runs one round for the flagged entries and waits for it until
+// deadline or the end of ctx. Rounds never overlap: a decision that asks
+// while another round is in flight waits for that one, and its key goes in
+// the next round if that one did not carry it.
+//
+// The round runs in a goroutine of its own, bounded by the round timeout,
+// so that a decision can stop waiting at its deadline even with a client
+// that does not honour context deadlines (go-redis without
+// ContextTimeoutEnabled waits out its ReadTimeout). At most one such
+// goroutine exists; Close waits for it.
 func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	return l.exclusive(func() error {
+	ch := l.rounds.DoChan("round", func() (any, error) {
+		if l.closed.Load() {
+			return nil, ErrClosed
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), l.cfg.roundTimeout)
+		defer cancel()
 		l.stats.fetches.Add(1)
-		err := l.roundOf(ctx, l.takeFlagged(), false)
+		err := l.roundOf(rctx, l.takeFlagged(), false)
 		if err != nil {
 			l.cfg.logger.Debug("sync: fetch failed", "err", err)
 		}
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			l.breaker.record(l.cfg.clock.Now(), err) // a caller giving up says nothing of Redis
-		}
-		return err
+		l.breaker.record(l.cfg.clock.Now(), err)
+		return nil, err
 	})
+	timer := time.NewTimer(deadline.Sub(l.cfg.clock.Now()))
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		return res.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		l.breaker.record(l.cfg.clock.Now(), errFetchTimeout)
+		return errFetchTimeout
+	}
 }
 
 // exclusive runs f unless a round is already running, in which case it

@@ -1,0 +1,116 @@
+package sync_test
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestFailurePolicies stalls Redis (SIGSTOP) under a running limiter and
+// checks that each policy decides as it says, that no decision hangs, that
+// the breaker opens, and that the limiter recovers by itself once Redis
+// answers again.
+func TestFailurePolicies(t *testing.T) {
+	for _, policy := range []hlsync.FailurePolicy{hlsync.FallbackLocal, hlsync.FailOpen, hlsync.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			noLeaks(t)
+			srv := redistest.Start(t)
+			const interval, maxWait = 50 * time.Millisecond, 20 * time.Millisecond
+			l, err := hlsync.New(srv.Client(t), hlsync.WithFailurePolicy(policy),
+				hlsync.WithSyncInterval(interval, 0), hlsync.WithMaxWait(maxWait))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
+			ctx := context.Background()
+			limit := hybridlimit.PerMinute(10)
+			if r, err := l.Allow(ctx, "warm", limit); err != nil || !r.Allowed {
+				t.Fatalf("Allow before the stall = %+v, %v", r, err)
+			}
+
+			if err := srv.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stalled := true
+			t.Cleanup(func() {
+				if stalled {
+					_ = srv.Signal(syscall.SIGCONT)
+				}
+			})
+			deadline := time.Now().Add(5 * time.Second)
+			for !l.Stats().BreakerOpen {
+				if time.Now().After(deadline) {
+					t.Fatalf("breaker still closed 5s into the stall: %+v", l.Stats())
+				}
+				decide(t, l, "probe", limit, maxWait)
+			}
+			allowed := 0
+			for i := range 20 {
+				if r := decide(t, l, fmt.Sprintf("k%d", i%2), limit, maxWait); r.Allowed {
+					allowed++
+				}
+			}
+			s := l.Stats()
+			switch policy {
+			case hlsync.FailOpen:
+				if allowed != 20 || s.FailOpen < 20 {
+					t.Errorf("fail-open: allowed %d of 20, FailOpen = %d", allowed, s.FailOpen)
+				}
+			case hlsync.FailClosed:
+				if allowed != 0 || s.FailClosed < 20 {
+					t.Errorf("fail-closed: allowed %d of 20, FailClosed = %d", allowed, s.FailClosed)
+				}
+			case hlsync.FallbackLocal:
+				// One live instance: its share is the whole limit, 10 per
+				// key per minute, two keys.
+				if allowed != 20 || s.FallbackAllowed < 20 {
+					t.Errorf("fallback: allowed %d of 20, FallbackAllowed = %d", allowed, s.FallbackAllowed)
+				}
+				if r := decide(t, l, "k0", limit, maxWait); r.Allowed || r.RetryAfter <= 0 {
+					t.Errorf("fallback: 11th decision on k0 = %+v, want denied with a retry time", r)
+				}
+			}
+
+			if err := srv.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stalled = false
+			for l.Stats().BreakerOpen {
+				if time.Now().After(deadline.Add(5 * time.Second)) {
+					t.Fatalf("breaker still open 5s after Redis came back: %+v", l.Stats())
+				}
+				time.Sleep(interval)
+			}
+			if s := l.Stats(); s.BreakerOpens != 1 || s.BreakerCloses != 1 {
+				t.Errorf("BreakerOpens = %d, BreakerCloses = %d, want 1 and 1", s.BreakerOpens, s.BreakerCloses)
+			}
+			if r := decide(t, l, "fresh", limit, maxWait); !r.Allowed {
+				t.Errorf("Allow after recovery = %+v, want allowed from Redis", r)
+			}
+		})
+	}
+}
+
+// decide makes one decision and fails the test if it takes far longer than
+// the max wait: a stalled Redis must never hold a request for seconds.
+func decide(t *testing.T, l *hlsync.Limiter, key string, limit hybridlimit.Limit, maxWait time.Duration) hybridlimit.Result {
+	t.Helper()
+	start := time.Now()
+	r, err := l.Allow(context.Background(), key, limit)
+	if err != nil {
+		t.Fatalf("Allow(%q) = %v", key, err)
+	}
+	if d := time.Since(start); d > maxWait+500*time.Millisecond {
+		t.Fatalf("Allow(%q) took %v with max wait %v", key, d, maxWait)
+	}
+	return r
+}
