@@ -157,8 +157,9 @@ var errFetchTimeout = errors.New("sync: no reply within the max wait")
 // The round runs in a goroutine of its own, bounded by the round timeout,
 // so that a decision can stop waiting at its deadline even with a client
 // that does not honour context deadlines (go-redis without
-// ContextTimeoutEnabled waits out its ReadTimeout). At most one such
-// goroutine exists; Close waits for it.
+// ContextTimeoutEnabled waits out its ReadTimeout, and so does the
+// breaker, which counts only finished rounds). At most one such goroutine
+// exists; Close waits for it.
 func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 	ch := l.rounds.DoChan("round", func() (any, error) {
 		if l.closed.Load() {
@@ -182,7 +183,8 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timer.C:
-		l.breaker.record(l.cfg.clock.Now(), errFetchTimeout)
+		// Only the round's own outcome counts for the breaker: a
+		// decision's patience says nothing certain about Redis.
 		return errFetchTimeout
 	}
 }

@@ -94,7 +94,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	if l.cfg.mode == Optimistic {
 		m.value = consumed
 		e.sent = consumed
-		expiring := l.cfg.overshoot >= 0 && e.avail.Load() > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2
+		expiring := l.cfg.overshoot >= 0 && e.avail.Load() > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
 		return m, !e.synced.Load() || consumed != e.acked || final || expiring
 	}
 	held := max(e.avail.Load(), 0)
@@ -185,10 +185,13 @@ func (l *Limiter) budget(limit hybridlimit.Limit) int64 {
 }
 
 // allowanceLife is how long an Optimistic allowance counts in Redis against
-// the other instances' allowances. The instance stops spending it a tick
-// earlier (see sweep), and renews it at half its life.
+// the other instances' allowances. The instance renews it at a fifth of its
+// life and stops spending it a tick before it lapses (see sweep), so what
+// it spent is reported before the allowance stops counting unless its
+// reports fail for some eight intervals; a crashed instance's allowance
+// holds others back for at most this long.
 func (l *Limiter) allowanceLife() time.Duration {
-	return 4*l.cfg.interval + l.cfg.roundTimeout
+	return 10*l.cfg.interval + l.cfg.roundTimeout
 }
 
 // ledgerTTL is how long a ledger outlives its last message, in
