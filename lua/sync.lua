@@ -16,7 +16,10 @@
 --     (ARGV per key, >= 0) the allowances of all instances, each recorded
 --     in a hash until it lapses, never add up to more than what the bucket
 --     holds plus the budget; without one (-1) the allowance is everything
---     the bucket holds.
+--     the bucket holds. An instance keeps spending what it holds until the
+--     reply arrives, and may never get the reply, so its recorded allowance
+--     is never below what it held when it sent the message (`held`), which
+--     the invariant above always leaves room for.
 --
 -- The bucket is a GCRA theoretical arrival time: a float of microseconds
 -- stored with 17 significant digits, since one token is period / rate
@@ -36,7 +39,7 @@
 -- ARGV[3]     mode: "r" or "o".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
--- ARGV[6+8(i-1) ..] per key, eight integers:
+-- ARGV[6+9(i-1) ..] per key, nine integers:
 --             rate (tokens per period), period (us), burst (tokens),
 --             seq (this message's sequence number: increasing per instance),
 --             epoch (the first sequence number of the instance's state for
@@ -45,7 +48,9 @@
 --                   the ledger is missing, say after it expired, or belongs
 --                   to an older epoch),
 --             value (see the modes),
---             budget (report mode: overshoot budget in tokens, or -1).
+--             budget (report mode: overshoot budget in tokens, or -1),
+--             held (report mode: allowance the instance held unspent when
+--                   it sent the message).
 -- Reply: a flat array, five integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
@@ -62,8 +67,9 @@ local reply = {}
 
 -- share returns this instance's allowance under a budget, recording it:
 -- what the bucket holds plus the budget, less the live allowances of the
--- other instances, at most an equal share among the instances holding one.
-local function share(akey, remaining, budget)
+-- other instances, at most an equal share among the instances holding one,
+-- and nothing once the bucket is empty; but never below what it holds.
+local function share(akey, remaining, budget, held)
   local others, holders = 0, 1
   local all = redis.call('HGETALL', akey)
   for k = 1, #all, 2 do
@@ -78,7 +84,16 @@ local function share(akey, remaining, budget)
     end
   end
   local pool = remaining + budget
-  local grant = math.max(0, math.min(pool - others, ceil_div(pool, holders)))
+  local room = math.max(0, pool - others)
+  local grant = 0
+  if remaining > 0 then
+    grant = math.min(room, ceil_div(pool, holders))
+  end
+  grant = math.max(grant, math.min(held, room))
+  if grant == 0 then
+    redis.call('HDEL', akey, id)
+    return 0
+  end
   redis.call('HSET', akey, id, string.format('%.0f %.0f', grant, now + lifetime))
   redis.call('PEXPIRE', akey, ttl_ms(lifetime))
   return grant
@@ -96,10 +111,10 @@ end
 
 for i = 1, #KEYS / 3 do
   local bkey, lkey, akey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local a = 6 + 8 * (i - 1)
+  local a = 6 + 9 * (i - 1)
   local rate, period, burst = int_arg(a), int_arg(a + 1), int_arg(a + 2)
   local seq, epoch = int_arg(a + 3), int_arg(a + 4)
-  local base, value, budget = int_arg(a + 5), int_arg(a + 6), int_arg(a + 7)
+  local base, value, budget, held = int_arg(a + 5), int_arg(a + 6), int_arg(a + 7), int_arg(a + 8)
   local interval = period / rate
   local tolerance = burst * interval
   local tat = tonumber(redis.call('GET', bkey)) or now
@@ -140,10 +155,8 @@ for i = 1, #KEYS / 3 do
   if not reserve then
     if budget < 0 then
       allowance = remaining
-    elseif fresh and remaining > 0 then
-      allowance = share(akey, remaining, budget)
     elseif fresh then
-      redis.call('HDEL', akey, id)
+      allowance = share(akey, remaining, budget, held)
     else
       allowance = recorded(akey)
     end

@@ -39,6 +39,7 @@ type entry struct {
 	issued   int64         // allowance handed to avail in all
 	acked    int64         // the ledger's total as last heard from Redis
 	inflight bool          // a message for this entry awaits its reply
+	unacked  bool          // the last message got no reply: Redis may hold more than acked says
 	sent     int64         // Optimistic: consumption carried by the message in flight
 	sentAt   time.Time     // when the message in flight was prepared
 	grantAt  time.Time     // Optimistic: when the message that brought the allowance was prepared

@@ -14,8 +14,6 @@ type tmpTable struct {
 	m  map[string]*local.Bucket
 }
 
-
-
 func newTmpTable() *tmpTable { return &tmpTable{m: map[string]*local.Bucket{}} }
 
 func (t *tmpTable) AllowN(key string, now time.Time, limit hybridlimit.Limit, n int64) (hybridlimit.Result, error) {

@@ -54,10 +54,10 @@ type Limiter struct {
 	fallback *tmpTable
 	base     time.Time // the clock reading that nanosecond offsets count from
 	seq      atomic.Int64
-	live     atomic.Int64 // instances seen alive in Redis, at least 1
-	presence string       // key of the presence set
+	live     atomic.Int64       // instances seen alive in Redis, at least 1
+	presence string             // key of the presence set
 	rounds   singleflight.Group // keeps rounds from overlapping
-	wake     chan struct{} // pokes the loop for an early round
+	wake     chan struct{}      // pokes the loop for an early round
 
 	tracked atomic.Int64 // entries in table
 	stats   counters

@@ -68,8 +68,13 @@ func (l *Limiter) loop(ctx context.Context) error {
 		case <-l.wake:
 		}
 		now := l.cfg.clock.Now()
-		if now.Sub(lastPresence) >= l.cfg.interval {
-			_ = l.Announce(ctx)
+		if now.Sub(lastPresence) >= l.cfg.interval || l.breaker.isOpen() {
+			// While the breaker is open this is also the probe that
+			// closes it, since a round may have nothing to send.
+			err := l.Announce(ctx)
+			if l.breaker.isOpen() {
+				l.breaker.record(l.cfg.clock.Now(), err)
+			}
 			lastPresence = now
 		}
 		l.Sync(ctx)
@@ -167,7 +172,7 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(e *entry) bool {
-	if e.inflight || e.flagged || e.idle < 3 || !e.synced.Load() {
+	if e.inflight || e.unacked || e.flagged || e.idle < 3 || !e.synced.Load() {
 		return false
 	}
 	if l.cfg.mode == Optimistic {
@@ -232,11 +237,20 @@ func (l *Limiter) Close(ctx context.Context) error {
 			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
 	}
-	err := l.exclusive(func() error {
-		var all []*entry
-		l.table.each(func(e *entry) { all = append(all, e) })
-		return l.roundOf(ctx, all, true)
-	})
+	// A round in flight makes exclusive wait for it without running ours:
+	// go again until the final round itself has run.
+	var err error
+	for ran := false; !ran; {
+		err = l.exclusive(func() error {
+			ran = true
+			var all []*entry
+			l.table.each(func(e *entry) { all = append(all, e) })
+			return l.roundOf(ctx, all, true)
+		})
+		if ctx.Err() != nil {
+			return fmt.Errorf("sync: close: %w", ctx.Err())
+		}
+	}
 	_ = l.announce(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)

@@ -20,6 +20,7 @@ type message struct {
 	seq   int64
 	base  int64 // the ledger total as the instance last heard it
 	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
+	held  int64 // Optimistic: allowance unspent when the message was prepared
 	reply [5]int64
 	ok    bool
 }
@@ -93,9 +94,10 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	m := message{limit: limit, base: e.acked}
 	if l.cfg.mode == Optimistic {
 		m.value = consumed
+		m.held = max(e.avail.Load(), 0)
 		e.sent = consumed
 		expiring := l.cfg.overshoot >= 0 && e.avail.Load() > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
-		return m, !e.synced.Load() || consumed != e.acked || final || expiring
+		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
@@ -111,7 +113,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		return m, true
 	}
 	m.value = e.issued
-	return m, m.value != e.acked || !e.synced.Load() && e.waiting > 0
+	return m, m.value != e.acked || e.unacked || !e.synced.Load() && e.waiting > 0
 }
 
 // lowLimit reports whether a limit is too low to lease ahead of demand:
@@ -171,7 +173,7 @@ func (r *round) batches() []*call {
 		}
 		c.msgs = append(c.msgs, m)
 		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey, m.e.allowKey)
-		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value, r.l.budget(m.limit))
+		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value, r.l.budget(m.limit), m.held)
 	}
 	return calls
 }
@@ -263,6 +265,7 @@ func (r *round) apply(now time.Time) {
 		e := m.e
 		e.mu.Lock()
 		e.inflight = false
+		e.unacked = !m.ok
 		if m.ok {
 			l.applyReply(now, e, m)
 		}

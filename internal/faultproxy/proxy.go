@@ -74,7 +74,7 @@ type Proxy struct {
 	refuse  bool
 
 	stats struct {
-		conns, refused, dialErrors, commands, duplicated, replies, dropped atomic.Int64
+		conns, refused, dialErrors, commands, duplicated, replies, dropped, late atomic.Int64
 	}
 }
 
@@ -103,6 +103,8 @@ type Stats struct {
 	// Dropped is the number of replies discarded by DropReplies. Replies to
 	// later commands lost when the connection was cut are not counted.
 	Dropped int64
+	// Late is the number of commands whose reply LateReplies held back.
+	Late int64
 }
 
 // Listen starts a proxy to the Redis server at target on a free loopback
@@ -320,6 +322,7 @@ func (p *Proxy) Stats() Stats {
 		Duplicated: p.stats.duplicated.Load(),
 		Replies:    p.stats.replies.Load(),
 		Dropped:    p.stats.dropped.Load(),
+		Late:       p.stats.late.Load(),
 	}
 }
 
@@ -357,6 +360,7 @@ func (p *Proxy) take(name string) fault {
 	}
 	if p.late != 0 {
 		f.late = p.lateBy
+		p.stats.late.Add(1)
 		if p.late > 0 {
 			p.late--
 		}

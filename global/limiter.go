@@ -1,0 +1,287 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/lua"
+)
+
+// Algorithm selects how a Limiter decides.
+type Algorithm int
+
+// The algorithms. Their exact semantics are in the header of each script in
+// package lua and in docs/design.md.
+const (
+	// TokenBucket holds up to Burst tokens, gaining Rate every Period
+	// continuously; a request is admitted when the bucket holds its cost.
+	TokenBucket Algorithm = iota + 1
+	// GCRA is the generic cell rate algorithm: the same decisions as
+	// TokenBucket, stored as one theoretical arrival time.
+	GCRA
+	// FixedWindow admits Burst per window of Period; windows are aligned to
+	// the Unix epoch.
+	FixedWindow
+	// SlidingWindow admits Burst per sliding Period, estimated from the
+	// current and previous fixed windows, the previous weighted by how much
+	// of it the sliding period still covers.
+	SlidingWindow
+	// SlidingLog admits Burst per sliding Period exactly, by logging every
+	// admitted request; memory grows with the requests in a window.
+	SlidingLog
+)
+
+var algorithmNames = [...]string{
+	TokenBucket:   "token-bucket",
+	GCRA:          "gcra",
+	FixedWindow:   "fixed-window",
+	SlidingWindow: "sliding-window",
+	SlidingLog:    "sliding-log",
+}
+
+// String returns the algorithm's name, such as "gcra".
+func (a Algorithm) String() string {
+	if a.valid() {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+func (a Algorithm) valid() bool { return a >= TokenBucket && a <= SlidingLog }
+
+// ErrInvalidTime is wrapped by the errors of the At methods for a time at
+// or before the Unix epoch, or too far ahead for microseconds to stay exact
+// in Lua (after the year 2255).
+var ErrInvalidTime = errors.New("global: invalid time")
+
+// Limiter is an exact rate limiter whose state lives in Redis: each
+// decision runs one Lua script there, atomically, so every Limiter over the
+// same Redis and key prefix enforces one shared limit per key. The Limit is
+// passed on each call; its Burst is the bucket capacity (TokenBucket, GCRA)
+// or the cost a window admits (window algorithms), and Rate/Period the
+// refill (token algorithms) or Period the window length. Periods are used
+// at microsecond resolution, rounded up. Time is Redis TIME, unless an At
+// method supplies it.
+//
+// The zero Limiter has no client: its methods return an error wrapping
+// hybridlimit.ErrNilClient. Build one with New. A Limiter is immutable and
+// safe for concurrent use; it starts no goroutines.
+type Limiter struct {
+	rdb hybridlimit.Redis
+	alg Algorithm
+	ks  hybridlimit.Keyspace
+}
+
+// New returns a Limiter running alg on rdb, which may be a *redis.Client,
+// a *redis.ClusterClient or any hybridlimit.Redis.
+func New(rdb hybridlimit.Redis, alg Algorithm, opts ...Option) (*Limiter, error) {
+	if isNil(rdb) {
+		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+	}
+	if !alg.valid() {
+		return nil, fmt.Errorf("global: unknown algorithm %d", int(alg))
+	}
+	ks, err := build(opts)
+	if err != nil {
+		return nil, fmt.Errorf("global: %w", err)
+	}
+	return &Limiter{rdb: rdb, alg: alg, ks: ks}, nil
+}
+
+// Algorithm returns the algorithm the Limiter runs; 0 for a nil Limiter.
+func (l *Limiter) Algorithm() Algorithm {
+	if l == nil {
+		return 0
+	}
+	return l.alg
+}
+
+// Allow is shorthand for AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	return l.decide(ctx, 0, key, limit, 1, false)
+}
+
+// AllowN decides whether a request of the given cost on key is admitted
+// under limit now, by the Redis clock, and spends the cost if it is. The
+// cost must be in [1, limit.Burst].
+func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	return l.decide(ctx, 0, key, limit, cost, false)
+}
+
+// AllowAt is AllowN at a time the caller supplies instead of Redis TIME.
+// Every caller of a key must then supply time from one clock, moving at
+// least as fast as Redis's (TTLs run on Redis time).
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	us, err := micros(now)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	return l.decide(ctx, us, key, limit, cost, false)
+}
+
+// Peek is shorthand for PeekN(ctx, key, limit, 1).
+func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	return l.decide(ctx, 0, key, limit, 1, true)
+}
+
+// PeekN reports what AllowN with this cost would answer now, without
+// spending anything or writing to Redis: Allowed says whether it would be
+// admitted, Remaining what is left now, RetryAfter how long until it would
+// be admitted.
+func (l *Limiter) PeekN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	return l.decide(ctx, 0, key, limit, cost, true)
+}
+
+// PeekAt is PeekN at a time the caller supplies.
+func (l *Limiter) PeekAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	us, err := micros(now)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	return l.decide(ctx, us, key, limit, cost, true)
+}
+
+// decide validates, names the keys, runs the algorithm's script and decodes
+// its reply. nowUS 0 means Redis TIME.
+func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, peek bool) (hybridlimit.Result, error) {
+	if l == nil || isNil(l.rdb) {
+		return hybridlimit.Result{}, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+	}
+	if err := limit.Validate(); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	p := lua.Params{
+		Now:      nowUS,
+		Rate:     limit.Rate,
+		PeriodUS: ceilMicros(limit.Period),
+		Burst:    limit.Burst,
+		Cost:     cost,
+		Peek:     peek,
+	}
+	script, keys, args, err := l.plan(key, p)
+	if err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	reply, err := script.Run(ctx, l.rdb, keys, args...)
+	if err != nil {
+		return hybridlimit.Result{}, redisError(ctx, l.alg.String(), err)
+	}
+	d, err := lua.DecodeDecision(reply)
+	if err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	return hybridlimit.Result{
+		Limit:      limit,
+		Allowed:    d.Allowed,
+		Remaining:  d.Remaining,
+		RetryAfter: d.RetryAfter,
+		ResetAfter: d.ResetAfter,
+	}, nil
+}
+
+// Key kinds: the suffix after the hash tag, one per kind of state.
+const (
+	kindTokenBucket   = "tb"
+	kindGCRA          = "gcra"
+	kindFixedWindow   = "fw"
+	kindSlidingWindow = "sw"
+	kindSlidingLog    = "sl"
+	kindSlidingMeta   = "sl.meta"
+	kindConcurrency   = "cc"
+)
+
+// plan returns the script, keys and arguments of one decision.
+func (l *Limiter) plan(key string, p lua.Params) (*lua.Script, []string, []any, error) {
+	var (
+		script *lua.Script
+		kinds  []string
+		args   []any
+		err    error
+	)
+	switch l.alg {
+	case TokenBucket:
+		script, kinds = lua.TokenBucket, []string{kindTokenBucket}
+		args, err = p.TokenBucketArgs()
+	case GCRA:
+		script, kinds = lua.GCRA, []string{kindGCRA}
+		args, err = p.GCRAArgs()
+	case FixedWindow:
+		script, kinds = lua.FixedWindow, []string{kindFixedWindow}
+		args, err = p.WindowArgs()
+	case SlidingWindow:
+		script, kinds = lua.SlidingWindow, []string{kindSlidingWindow}
+		args, err = p.WindowArgs()
+	case SlidingLog:
+		script, kinds = lua.SlidingLog, []string{kindSlidingLog, kindSlidingMeta}
+		args, err = p.WindowArgs()
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keys, err := keyNames(l.ks, key, kinds...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return script, keys, args, nil
+}
+
+// keyNames names the Redis key of each kind of state for a caller key,
+// through the Keyspace, so they share a hash tag and so a slot.
+func keyNames(ks hybridlimit.Keyspace, key string, kinds ...string) ([]string, error) {
+	out := make([]string, len(kinds))
+	for i, kind := range kinds {
+		k, err := ks.Key(key, kind)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = k
+	}
+	return out, nil
+}
+
+// redisError turns a failed script run into the error a caller sees:
+// ctx.Err() when the context ended, else one wrapping ErrUnavailable.
+func redisError(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("global: %s: %w: %w", what, hybridlimit.ErrUnavailable, err)
+}
+
+// micros returns t in microseconds since the Unix epoch, checked to be
+// positive (0 means Redis TIME to the scripts) and exact in Lua.
+func micros(t time.Time) (int64, error) {
+	us := t.UnixMicro()
+	if us <= 0 || us >= 1<<53 {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidTime, t)
+	}
+	return us, nil
+}
+
+// ceilMicros returns d in whole microseconds, rounded up.
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// isNil reports whether rdb is nil or an interface holding a nil pointer,
+// which would panic on first use.
+func isNil(rdb hybridlimit.Redis) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}

@@ -1,0 +1,214 @@
+package global
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// step is one decision at t0+at and what it must answer.
+type step struct {
+	at    time.Duration
+	cost  int64
+	peek  bool
+	ok    bool
+	rem   int64
+	retry time.Duration
+	reset time.Duration
+}
+
+type row struct {
+	name  string
+	limit hybridlimit.Limit
+	steps []step
+}
+
+// run plays a row's steps on a fresh key at virtual times. The steps of a
+// row share state; rows never do.
+func run(t *testing.T, l *Limiter, key string, r row) {
+	t.Helper()
+	for i, s := range r.steps {
+		var (
+			got hybridlimit.Result
+			err error
+			op  = "AllowAt"
+		)
+		if s.peek {
+			op = "PeekAt"
+			got, err = l.PeekAt(t.Context(), t0.Add(s.at), key, r.limit, s.cost)
+		} else {
+			got, err = l.AllowAt(t.Context(), t0.Add(s.at), key, r.limit, s.cost)
+		}
+		if err != nil {
+			t.Fatalf("step %d: %s(t0+%v, %d): %v", i, op, s.at, s.cost, err)
+		}
+		want := hybridlimit.Result{Limit: r.limit, Allowed: s.ok, Remaining: s.rem, RetryAfter: s.retry, ResetAfter: s.reset}
+		if got != want {
+			t.Errorf("step %d: %s(t0+%v, %d) = %+v, want %+v", i, op, s.at, s.cost, got, want)
+		}
+	}
+}
+
+func runTable(t *testing.T, alg Algorithm, rows []row) {
+	noLeaks(t)
+	c := redistest.Standalone(t)
+	p := prefix(t)
+	l, err := New(c, alg, WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			run(t, l, fmt.Sprintf("row%d", i), r)
+		})
+	}
+	checkTTLs(t, c, p)
+}
+
+// bucketRows hold for TokenBucket and GCRA alike: they make the same
+// decisions, exactly, from different state.
+var bucketRows = func() []row {
+	three := hybridlimit.PerSecond(3) // one token every 333333.33us
+	const T = 333334 * us             // ceil of the emission interval
+	seven := hybridlimit.Limit{Rate: 7, Period: time.Minute, Burst: 2}
+	return []row{
+		{"burst then deny", three, []step{
+			{0, 1, false, true, 2, 0, T},
+			{0, 1, false, true, 1, 0, 666667 * us},
+			{0, 1, false, true, 0, 0, time.Second},
+			{0, 1, false, false, 0, T, time.Second},
+		}},
+		{"a token is back after exactly one interval", three, []step{
+			{0, 3, false, true, 0, 0, time.Second},
+			{333333 * us, 1, false, false, 0, 1 * us, 666667 * us},
+			{333334 * us, 1, false, true, 0, 0, time.Second},
+		}},
+		{"a cost above the tokens held is denied whole", three, []step{
+			{0, 2, false, true, 1, 0, 666667 * us},
+			{0, 2, false, false, 1, T, 666667 * us},
+			{0, 1, true, true, 1, 0, 666667 * us},
+			{0, 1, false, true, 0, 0, time.Second},
+		}},
+		{"peek spends nothing", three, []step{
+			{0, 3, true, true, 3, 0, 0},
+			{0, 3, false, true, 0, 0, time.Second},
+			{0, 1, true, false, 0, T, time.Second},
+		}},
+		{"partial refill", three, []step{
+			{0, 3, false, true, 0, 0, time.Second},
+			{500 * time.Millisecond, 1, false, true, 0, 0, 833334 * us},
+			{500 * time.Millisecond, 1, false, false, 0, 166667 * us, 833334 * us},
+		}},
+		{"idle time refills to burst and no more", three, []step{
+			{0, 3, false, true, 0, 0, time.Second},
+			{10 * time.Second, 1, false, true, 2, 0, T},
+		}},
+		{"emission interval not a whole microsecond", seven, []step{
+			{0, 2, false, true, 0, 0, 17142858 * us},
+			{0, 1, false, false, 0, 8571429 * us, 17142858 * us},
+			{8571428 * us, 1, false, false, 0, 1 * us, 8571430 * us},
+			{8571429 * us, 1, false, true, 0, 0, 17142857 * us},
+		}},
+		{"a clock that steps back refills nothing", three, []step{
+			{time.Second, 3, false, true, 0, 0, time.Second},
+			{0, 1, false, false, 0, 1333334 * us, 2 * time.Second},
+		}},
+	}
+}()
+
+func TestTokenBucketAllowAt(t *testing.T) { runTable(t, TokenBucket, bucketRows) }
+
+func TestGCRAAllowAt(t *testing.T) { runTable(t, GCRA, bucketRows) }
+
+func TestFixedWindowAllowAt(t *testing.T) {
+	three := hybridlimit.PerMinute(3)
+	runTable(t, FixedWindow, []row{
+		{"quota then deny until the next window", three, []step{
+			{0, 1, false, true, 2, 0, time.Minute},
+			{20 * time.Second, 1, false, true, 1, 0, 40 * time.Second},
+			{59 * time.Second, 1, false, true, 0, 0, time.Second},
+			{59 * time.Second, 1, false, false, 0, time.Second, time.Second},
+			{time.Minute, 1, false, true, 2, 0, time.Minute},
+		}},
+		{"a cost counts whole", three, []step{
+			{10 * time.Second, 2, false, true, 1, 0, 50 * time.Second},
+			{10 * time.Second, 2, false, false, 1, 50 * time.Second, 50 * time.Second},
+			{10 * time.Second, 1, false, true, 0, 0, 50 * time.Second},
+		}},
+		{"peek spends nothing", three, []step{
+			{0, 3, true, true, 3, 0, 0},
+			{0, 3, false, true, 0, 0, time.Minute},
+			{30 * time.Second, 1, true, false, 0, 30 * time.Second, 30 * time.Second},
+		}},
+		{"windows align to the epoch", three, []step{
+			{90 * time.Second, 3, false, true, 0, 0, 30 * time.Second},
+			{119 * time.Second, 1, false, false, 0, time.Second, time.Second},
+			{120 * time.Second, 3, false, true, 0, 0, time.Minute},
+		}},
+		{"a clock that steps back stays in the later window", three, []step{
+			{time.Minute, 3, false, true, 0, 0, time.Minute},
+			{59 * time.Second, 1, false, false, 0, 61 * time.Second, 61 * time.Second},
+		}},
+	})
+}
+
+func TestSlidingWindowAllowAt(t *testing.T) {
+	ten := hybridlimit.PerMinute(10)
+	runTable(t, SlidingWindow, []row{
+		{"a full window decays through the next", ten, []step{
+			{0, 10, false, true, 0, 0, 2 * time.Minute},
+			{0, 1, false, false, 0, 66 * time.Second, 2 * time.Minute},
+			{65999999 * us, 1, false, false, 0, 1 * us, 54000001 * us},
+			{66 * time.Second, 1, false, true, 0, 0, 114 * time.Second},
+			{66 * time.Second, 1, false, false, 0, 6 * time.Second, 114 * time.Second},
+		}},
+		{"two idle windows forget everything", ten, []step{
+			{0, 10, false, true, 0, 0, 2 * time.Minute},
+			{2 * time.Minute, 10, false, true, 0, 0, 2 * time.Minute},
+		}},
+		{"a fractional weight rounds against the caller", ten, []step{
+			{30 * time.Second, 7, false, true, 3, 0, 90 * time.Second},
+			{80 * time.Second, 5, false, true, 0, 0, 100 * time.Second},
+			{80 * time.Second, 1, false, false, 0, 5714286 * us, 100 * time.Second},
+		}},
+		{"peek spends nothing", ten, []step{
+			{0, 10, true, true, 10, 0, 0},
+			{30 * time.Second, 4, false, true, 6, 0, 90 * time.Second},
+			{90 * time.Second, 6, true, true, 8, 0, 30 * time.Second},
+		}},
+	})
+}
+
+func TestSlidingLogAllowAt(t *testing.T) {
+	three := hybridlimit.PerMinute(3)
+	runTable(t, SlidingLog, []row{
+		{"deny until the oldest request leaves", three, []step{
+			{0, 1, false, true, 2, 0, time.Minute},
+			{10 * time.Second, 1, false, true, 1, 0, time.Minute},
+			{20 * time.Second, 1, false, true, 0, 0, time.Minute},
+			{30 * time.Second, 1, false, false, 0, 30 * time.Second, 50 * time.Second},
+			{59999999 * us, 1, false, false, 0, 1 * us, 20000001 * us},
+			{time.Minute, 1, false, true, 0, 0, time.Minute},
+		}},
+		{"a cost is logged whole", three, []step{
+			{0, 1, false, true, 2, 0, time.Minute},
+			{10 * time.Second, 2, false, true, 0, 0, time.Minute},
+			{30 * time.Second, 2, false, false, 0, 40 * time.Second, 40 * time.Second},
+			{time.Minute, 1, false, true, 0, 0, time.Minute},
+		}},
+		{"requests in the same microsecond are distinct", three, []step{
+			{0, 1, false, true, 2, 0, time.Minute},
+			{0, 1, false, true, 1, 0, time.Minute},
+			{0, 1, false, true, 0, 0, time.Minute},
+			{0, 1, false, false, 0, time.Minute, time.Minute},
+		}},
+		{"peek spends nothing", three, []step{
+			{0, 3, true, true, 3, 0, 0},
+			{0, 2, false, true, 1, 0, time.Minute},
+			{30 * time.Second, 2, true, false, 1, 30 * time.Second, 30 * time.Second},
+		}},
+	})
+}

@@ -1,0 +1,261 @@
+package global
+
+import (
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// The models below state each algorithm from its definition, in exact
+// rational arithmetic, and find retry and reset times by searching for the
+// first microsecond at which a condition holds, rather than by the closed
+// forms the scripts use. TestScriptsMatchModels plays random sequences on
+// both and requires identical Results.
+
+// decision is a model's answer, in microseconds.
+type decision struct {
+	ok                bool
+	rem, retry, reset int64
+}
+
+type model interface {
+	decide(now, cost int64, peek bool) decision
+}
+
+// search returns the least x in [0, hi] with f(x), f monotone, or hi+1.
+func search(hi int64, f func(x int64) bool) int64 {
+	lo := int64(0)
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		if f(mid) {
+			hi = mid - 1
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
+
+func floorRat(r *big.Rat) int64 {
+	q := new(big.Int).Quo(r.Num(), r.Denom()) // truncates toward zero
+	if r.Sign() < 0 && !r.IsInt() {
+		q.Sub(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// bucketModel is a continuous token bucket (and so GCRA): tokens refill at
+// rate/period per microsecond up to burst; a missing state is full.
+type bucketModel struct {
+	rate, period, burst int64
+	tokens              *big.Rat
+	ts                  int64
+}
+
+func (m *bucketModel) at(now int64) *big.Rat {
+	if m.tokens == nil {
+		return rat(m.burst)
+	}
+	t := new(big.Rat).Set(m.tokens)
+	if now > m.ts {
+		t.Add(t, new(big.Rat).SetFrac64((now-m.ts)*m.rate, m.period))
+	}
+	if t.Cmp(rat(m.burst)) > 0 {
+		t = rat(m.burst)
+	}
+	return t
+}
+
+func (m *bucketModel) decide(now, cost int64, peek bool) decision {
+	tok := m.at(now)
+	ok := tok.Cmp(rat(cost)) >= 0
+	if ok && !peek {
+		tok.Sub(tok, rat(cost))
+		m.tokens, m.ts = tok, now
+	}
+	after := func(x int64) *big.Rat { // tokens x us later, nothing spent
+		return (&bucketModel{rate: m.rate, period: m.period, burst: m.burst, tokens: tok, ts: now}).at(now + x)
+	}
+	full := m.burst * m.period / m.rate // an upper bound on any wait, +1
+	d := decision{ok: ok, rem: floorRat(tok)}
+	if !ok {
+		d.retry = search(full+1, func(x int64) bool { return after(x).Cmp(rat(cost)) >= 0 })
+	}
+	d.reset = search(full+1, func(x int64) bool { return after(x).Cmp(rat(m.burst)) == 0 })
+	return d
+}
+
+// admission is one admitted request of the window models.
+type admission struct{ t, cost int64 }
+
+// windowModel holds the admissions; each algorithm sums them its own way.
+type windowModel struct {
+	period, quota int64
+	log           []admission
+	// used returns the cost counted against a request at now, as a
+	// rational: the fixed window's count, the sliding window's estimate,
+	// the log's sum.
+	used func(m *windowModel, now int64) *big.Rat
+}
+
+func (m *windowModel) sum(from, to int64) int64 { // cost admitted in [from, to)
+	var s int64
+	for _, a := range m.log {
+		if a.t >= from && a.t < to {
+			s += a.cost
+		}
+	}
+	return s
+}
+
+func windowStart(now, period int64) int64 { return now - now%period }
+
+func fixedUsed(m *windowModel, now int64) *big.Rat {
+	s := windowStart(now, m.period)
+	return rat(m.sum(s, s+m.period))
+}
+
+func slidingUsed(m *windowModel, now int64) *big.Rat {
+	s := windowStart(now, m.period)
+	cur, prev := m.sum(s, s+m.period), m.sum(s-m.period, s)
+	est := new(big.Rat).SetFrac64(prev*(m.period-(now-s)), m.period)
+	return est.Add(est, rat(cur))
+}
+
+func logUsed(m *windowModel, now int64) *big.Rat {
+	return rat(m.sum(now-m.period+1, now+1)) // (now - period, now]
+}
+
+func (m *windowModel) decide(now, cost int64, peek bool) decision {
+	// Times only move forward: what is two periods old never counts again.
+	m.log = slices.DeleteFunc(m.log, func(a admission) bool { return a.t < now-2*m.period })
+	admits := func(at int64) bool {
+		u := m.used(m, at)
+		return u.Add(u, rat(cost)).Cmp(rat(m.quota)) <= 0
+	}
+	ok := admits(now)
+	if ok && !peek {
+		m.log = append(m.log, admission{now, cost})
+	}
+	u := m.used(m, now)
+	rem := m.quota - floorRat(u)
+	if !u.IsInt() {
+		rem-- // the remaining cost must fit whole: quota - ceil(used)
+	}
+	d := decision{ok: ok, rem: max(rem, 0)}
+	if !ok {
+		d.retry = search(2*m.period, func(x int64) bool { return admits(now + x) })
+	}
+	d.reset = search(2*m.period, func(x int64) bool { return m.used(m, now+x).Sign() == 0 })
+	if m.used(m, now).Sign() == 0 {
+		d.reset = 0
+	}
+	return d
+}
+
+func newModel(alg Algorithm, l hybridlimit.Limit) model {
+	p := ceilMicros(l.Period)
+	switch alg {
+	case TokenBucket, GCRA:
+		return &bucketModel{rate: l.Rate, period: p, burst: l.Burst}
+	case FixedWindow:
+		return &windowModel{period: p, quota: l.Burst, used: fixedUsed}
+	case SlidingWindow:
+		return &windowModel{period: p, quota: l.Burst, used: slidingUsed}
+	case SlidingLog:
+		return &windowModel{period: p, quota: l.Burst, used: logUsed}
+	}
+	panic("unknown algorithm")
+}
+
+var modelLimits = []hybridlimit.Limit{
+	hybridlimit.PerSecond(3),
+	{Rate: 7, Period: 60_000_000 * us, Burst: 2},
+	{Rate: 1000, Period: 1_000_000 * us, Burst: 50},
+	hybridlimit.Every(250_000*us, 5),
+	{Rate: 3, Period: 10_000 * us, Burst: 4},
+	{Rate: 1_000_000, Period: 1_000_000 * us, Burst: 1_000_000},
+	{Rate: 1_000_000_000, Period: 1_000_000 * us, Burst: 1_000_000_000},
+	{Rate: 13, Period: 1_000_001 * us, Burst: 13},
+}
+
+func TestScriptsMatchModels(t *testing.T) {
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, SlidingLog} {
+		l, err := New(c, alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for li, limit := range modelLimits {
+			t.Run(fmt.Sprintf("%v/%v", alg, limit), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(uint64(alg), uint64(li))) // reproducible per subtest
+				m := newModel(alg, limit)
+				key := fmt.Sprintf("model-%d", li)
+				now := t0.UnixMicro() + rng.Int64N(ceilMicros(limit.Period))
+				var admitted, denied int
+				for i := range 150 {
+					now += gap(rng, ceilMicros(limit.Period))
+					cost := 1 + rng.Int64N(limit.Burst)
+					if rng.IntN(2) == 0 {
+						cost = 1 + rng.Int64N(min(limit.Burst, 3))
+					}
+					peek := rng.IntN(5) == 0
+					want := m.decide(now, cost, peek)
+					var (
+						got hybridlimit.Result
+						err error
+					)
+					if peek {
+						got, err = l.PeekAt(t.Context(), timeUS(now), key, limit, cost)
+					} else {
+						got, err = l.AllowAt(t.Context(), timeUS(now), key, limit, cost)
+					}
+					if err != nil {
+						t.Fatalf("op %d: %v", i, err)
+					}
+					if got.Allowed {
+						admitted++
+					} else {
+						denied++
+					}
+					g := decision{got.Allowed, got.Remaining, int64(got.RetryAfter / us), int64(got.ResetAfter / us)}
+					if g != want {
+						t.Fatalf("op %d: at +%dus cost %d peek %v: script %+v, model %+v", i, now-t0.UnixMicro(), cost, peek, g, want)
+					}
+				}
+				if admitted == 0 || denied == 0 {
+					t.Errorf("%d admitted, %d denied: the sequence does not exercise both paths", admitted, denied)
+				}
+				t.Logf("%d admitted, %d denied", admitted, denied)
+			})
+		}
+	}
+}
+
+// gap draws the time to the next request: often none, often a little,
+// sometimes around a period.
+func gap(rng *rand.Rand, period int64) int64 {
+	switch rng.IntN(4) {
+	case 0:
+		return 0
+	case 1:
+		return rng.Int64N(1000)
+	case 2:
+		return rng.Int64N(period/10 + 1)
+	default:
+		return rng.Int64N(2 * period)
+	}
+}

@@ -1,0 +1,113 @@
+package lua
+
+import (
+	"errors"
+	"math/bits"
+)
+
+// maxExact is 2^53: integers up to it are exact in a Lua number.
+const maxExact = 1 << 53
+
+// Params are the numbers of one rate-limiting decision, in the units the
+// scripts use. The caller validates them (see hybridlimit.Limit.Validate):
+// every field but Now must be at least 1, Cost at most Burst.
+type Params struct {
+	// Now is the time in microseconds since the Unix epoch, or 0 for Redis
+	// TIME.
+	Now int64
+	// Rate is the number of tokens added per period (token bucket, GCRA).
+	Rate int64
+	// PeriodUS is the period, or window length, in microseconds.
+	PeriodUS int64
+	// Burst is the bucket capacity (token bucket, GCRA) or the cost a
+	// window admits (window algorithms).
+	Burst int64
+	// Cost is the cost of this request.
+	Cost int64
+	// Peek asks for the decision without spending anything.
+	Peek bool
+}
+
+// ErrParams is returned for parameters a script cannot represent exactly.
+var ErrParams = errors.New("lua: parameters out of range")
+
+func (p Params) peek() int64 {
+	if p.Peek {
+		return 1
+	}
+	return 0
+}
+
+func (p Params) check() error {
+	if p.Now < 0 || p.Now >= maxExact || p.PeriodUS < 1 || p.PeriodUS >= maxExact ||
+		p.Burst < 1 || p.Burst >= maxExact || p.Cost < 1 || p.Cost > p.Burst {
+		return ErrParams
+	}
+	return nil
+}
+
+// TokenBucketArgs returns ARGV for TokenBucket.
+func (p Params) TokenBucketArgs() ([]any, error) {
+	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxExact {
+		return nil, ErrParams
+	}
+	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, p.peek()}, nil
+}
+
+// GCRAArgs returns ARGV for GCRA: cost and burst times the emission
+// interval (PeriodUS/Rate), each split into whole microseconds and a
+// remainder in 1/Rate microseconds, computed in 128-bit integers.
+func (p Params) GCRAArgs() ([]any, error) {
+	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxExact {
+		return nil, ErrParams
+	}
+	incQ, incR, ok := mulDiv(p.Cost, p.PeriodUS, p.Rate)
+	if !ok {
+		return nil, ErrParams
+	}
+	tolQ, tolR, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate)
+	if !ok {
+		return nil, ErrParams
+	}
+	return []any{p.Now, p.Rate, p.PeriodUS, incQ, incR, tolQ, tolR, p.peek()}, nil
+}
+
+// WindowArgs returns ARGV for FixedWindow, SlidingWindow and SlidingLog,
+// which ignore Rate.
+func (p Params) WindowArgs() ([]any, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return []any{p.Now, p.PeriodUS, p.Burst, p.Cost, p.peek()}, nil
+}
+
+// ConcurrencyArgs returns ARGV for ConcurrencyAcquire: at most maxHeld leases
+// of ttlUS microseconds each, the new one named id.
+func ConcurrencyArgs(now, maxHeld, ttlUS int64, id string, peek bool) ([]any, error) {
+	if now < 0 || now >= maxExact || maxHeld < 1 || maxHeld >= maxExact || ttlUS < 1 || ttlUS >= maxExact || id == "" {
+		return nil, ErrParams
+	}
+	return []any{now, maxHeld, ttlUS, id, Params{Peek: peek}.peek()}, nil
+}
+
+// ReleaseArgs returns ARGV for ConcurrencyRelease.
+func ReleaseArgs(now int64, id string) ([]any, error) {
+	if now < 0 || now >= maxExact || id == "" {
+		return nil, ErrParams
+	}
+	return []any{now, id}, nil
+}
+
+// mulDiv returns q, r with a*b = q*d + r, 0 <= r < d, and ok when q is below
+// 2^53 so the script can hold it exactly. a, b >= 0, d >= 1.
+func mulDiv(a, b, d int64) (q, r int64, ok bool) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) { // the quotient would not fit 64 bits
+		return 0, 0, false
+	}
+	uq, ur := bits.Div64(hi, lo, uint64(d))
+	if uq >= maxExact {
+		return 0, 0, false
+	}
+	return int64(uq), int64(ur), true
+}

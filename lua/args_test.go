@@ -1,0 +1,66 @@
+package lua
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestGCRAArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		p    Params
+		want []any
+	}{
+		{"3 per second", Params{Rate: 3, PeriodUS: 1e6, Burst: 3, Cost: 1},
+			[]any{int64(0), int64(3), int64(1e6), int64(333333), int64(1), int64(1e6), int64(0), int64(0)}},
+		{"7 per minute, burst 2, peek", Params{Now: 5, Rate: 7, PeriodUS: 60e6, Burst: 2, Cost: 2, Peek: true},
+			[]any{int64(5), int64(7), int64(60e6), int64(17142857), int64(1), int64(17142857), int64(1), int64(1)}},
+		// 2^40 * 8.64e10 overflows 64 bits; the 128-bit product does not.
+		{"largest quantities", Params{Rate: 1 << 40, PeriodUS: 86_400_000_000, Burst: 1 << 40, Cost: 1 << 40},
+			[]any{int64(0), int64(1 << 40), int64(86_400_000_000), int64(86_400_000_000), int64(0), int64(86_400_000_000), int64(0), int64(0)}},
+		{"a nanosecond per token", Params{Rate: 1e9, PeriodUS: 1e6, Burst: 10, Cost: 1},
+			[]any{int64(0), int64(1e9), int64(1e6), int64(0), int64(1e6), int64(0), int64(1e7), int64(0)}},
+	}
+	for _, tt := range tests {
+		got, err := tt.p.GCRAArgs()
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%s: GCRAArgs() = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+func TestParamsRejects(t *testing.T) {
+	good := Params{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1}
+	for _, p := range []Params{
+		{}, {Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 6}, {Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 0},
+		{Rate: 0, PeriodUS: 1000, Burst: 5, Cost: 1}, {Rate: 1, PeriodUS: 0, Burst: 5, Cost: 1},
+		{Now: -1, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1}, {Now: 1 << 53, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1},
+		{Rate: 1, PeriodUS: 1 << 53, Burst: 1, Cost: 1},
+	} {
+		_, err1 := p.TokenBucketArgs()
+		_, err2 := p.GCRAArgs()
+		if !errors.Is(err1, ErrParams) || !errors.Is(err2, ErrParams) {
+			t.Errorf("%+v: TokenBucketArgs %v, GCRAArgs %v; want ErrParams", p, err1, err2)
+		}
+	}
+	// burst*T of 2^60 microseconds cannot be held exactly in Lua: GCRA
+	// refuses it (hybridlimit.Limit.Validate rejects such limits anyway).
+	if _, err := (Params{Rate: 1, PeriodUS: 1 << 40, Burst: 1 << 20, Cost: 1}).GCRAArgs(); !errors.Is(err, ErrParams) {
+		t.Errorf("GCRAArgs with a 2^60us tolerance: %v, want ErrParams", err)
+	}
+	if _, err := good.GCRAArgs(); err != nil {
+		t.Errorf("%+v: %v", good, err)
+	}
+	if _, err := (Params{PeriodUS: 1000, Burst: 5, Cost: 1}).WindowArgs(); err != nil {
+		t.Errorf("WindowArgs ignores Rate: %v", err)
+	}
+	for _, bad := range [][]any{{int64(0), int64(0), int64(1), "x"}, {int64(0), int64(1), int64(0), "x"}, {int64(0), int64(1), int64(1), ""}} {
+		if _, err := ConcurrencyArgs(bad[0].(int64), bad[1].(int64), bad[2].(int64), bad[3].(string), false); !errors.Is(err, ErrParams) {
+			t.Errorf("ConcurrencyArgs%v: %v", bad, err)
+		}
+	}
+	if _, err := ReleaseArgs(0, ""); !errors.Is(err, ErrParams) {
+		t.Errorf("ReleaseArgs with no id: %v", err)
+	}
+}

@@ -1,0 +1,88 @@
+package lua
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrMalformedReply is wrapped by every decoding error: the reply was not of
+// the shape the script's header promises.
+var ErrMalformedReply = errors.New("lua: malformed reply")
+
+// DecodeInts checks that reply is an array of exactly n integers and returns
+// them. It is the one place a script reply is taken apart; everything else
+// goes through it.
+func DecodeInts(reply any, n int) ([]int64, error) {
+	arr, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: got %T, want an array of %d integers", ErrMalformedReply, reply, n)
+	}
+	if len(arr) != n {
+		return nil, fmt.Errorf("%w: got %d elements, want %d", ErrMalformedReply, len(arr), n)
+	}
+	out := make([]int64, n)
+	for i, v := range arr {
+		x, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: element %d is %T, want an integer", ErrMalformedReply, i, v)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+// Decision is the reply of a limiter script, decoded and checked.
+type Decision struct {
+	// Allowed reports whether the request was admitted (or, for a peek,
+	// would be).
+	Allowed bool
+	// Remaining is the cost that could still be admitted now, >= 0.
+	Remaining int64
+	// RetryAfter is the time until the same cost could be admitted: 0 when
+	// Allowed, at least a microsecond when not.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the limiter is back to its idle state.
+	ResetAfter time.Duration
+}
+
+// DecodeDecision decodes {allowed 0|1, remaining, retry_after_us,
+// reset_after_us}, the reply of every limiter script, and checks its
+// ranges: allowed is 0 or 1, nothing is negative, an allowed decision has
+// no retry time and a denied one has some, and durations fit a
+// time.Duration.
+func DecodeDecision(reply any) (Decision, error) {
+	v, err := DecodeInts(reply, 4)
+	if err != nil {
+		return Decision{}, err
+	}
+	allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
+	switch {
+	case allowed != 0 && allowed != 1:
+		return Decision{}, fmt.Errorf("%w: allowed is %d, want 0 or 1", ErrMalformedReply, allowed)
+	case remaining < 0:
+		return Decision{}, fmt.Errorf("%w: remaining is %d", ErrMalformedReply, remaining)
+	case allowed == 1 && retry != 0:
+		return Decision{}, fmt.Errorf("%w: allowed with retry_after %dus", ErrMalformedReply, retry)
+	case allowed == 0 && retry <= 0:
+		return Decision{}, fmt.Errorf("%w: denied with retry_after %dus", ErrMalformedReply, retry)
+	}
+	retryD, err := micros(retry, "retry_after")
+	if err != nil {
+		return Decision{}, err
+	}
+	resetD, err := micros(reset, "reset_after")
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retryD, ResetAfter: resetD}, nil
+}
+
+// micros converts a non-negative count of microseconds to a Duration.
+func micros(us int64, what string) (time.Duration, error) {
+	if us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
+		return 0, fmt.Errorf("%w: %s is %dus", ErrMalformedReply, what, us)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}

@@ -1,0 +1,27 @@
+// Package lua holds the Redis scripts of the distributed limiters, embedded
+// from the .lua files beside this one, and the two things every caller of a
+// script needs: a Script that survives an emptied script cache, and one
+// checked decoder for replies.
+//
+// Each .lua file opens with a header listing its KEYS and ARGV, with units,
+// and the shape of its reply. The helpers every script shares (the clock,
+// exact integer division, TTL rounding) live once in preamble.lua, which is
+// prepended to each script before its SHA1 is taken.
+//
+// Time. A script reads the clock with Redis TIME, so every client of a
+// limiter shares one clock, unless the caller passes a positive time in
+// ARGV[1] (microseconds since the Unix epoch). That is for the simulator,
+// which drives miniredis on virtual time, and for tests; such a caller must
+// move its clock at least as fast as Redis's own, because TTLs still run on
+// Redis time.
+//
+// Numbers. Lua numbers are doubles: every quantity the scripts store or
+// compare is an integer below 2^53 (microseconds, token counts, fractions
+// scaled to integer numerators), and replies are integers, so nothing is
+// lost to rounding or to Redis truncating a Lua number to an integer reply.
+//
+// Params builds each script's ARGV from plain integers, so the argument
+// order lives next to the scripts. This package knows nothing of its
+// callers and imports nothing else from the module: validating a limit,
+// naming keys and turning a Decision into a Result are the callers' job.
+package lua

@@ -1,0 +1,230 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+func noLeaks(tb testing.TB) {
+	tb.Helper()
+	opt := goleak.IgnoreCurrent()
+	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
+}
+
+var topologies = []struct {
+	name string
+	dial func(testing.TB) redis.UniversalClient
+}{
+	{"standalone", func(tb testing.TB) redis.UniversalClient { return redistest.Standalone(tb) }},
+	{"cluster", func(tb testing.TB) redis.UniversalClient { return redistest.Cluster(tb) }},
+}
+
+// TestHeaders checks every script opens with the header the style asks
+// for: its name, its KEYS and ARGV, and its reply.
+func TestHeaders(t *testing.T) {
+	for _, s := range All() {
+		src, err := File(s.Name() + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(src, "-- "+s.Name()+".lua: ") {
+			t.Errorf("%s.lua does not open with its name", s.Name())
+		}
+		header, _, _ := strings.Cut(src, "\n\n"+"local ")
+		for _, want := range []string{"-- KEYS[1] ", "-- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME", "-- Reply: {"} {
+			if !strings.Contains(header, want) {
+				t.Errorf("%s.lua header lacks %q", s.Name(), want)
+			}
+		}
+	}
+}
+
+// TestScriptsCompile loads every script into a real server, which compiles
+// it, and checks the server's SHA1 is the one EVALSHA will send.
+func TestScriptsCompile(t *testing.T) {
+	noLeaks(t)
+	c := redistest.Standalone(t)
+	for _, s := range All() {
+		if !strings.HasSuffix(s.Source(), mustFile(t, s.Name()+".lua")) || !strings.HasPrefix(s.Source(), mustFile(t, "preamble.lua")) {
+			t.Errorf("%s: Source() is not the preamble followed by the file", s.Name())
+		}
+		sha, err := c.ScriptLoad(t.Context(), s.Source()).Result()
+		if err != nil {
+			t.Errorf("%s: SCRIPT LOAD: %v", s.Name(), err)
+		} else if sha != s.Hash() {
+			t.Errorf("%s: server SHA1 %s, Hash() %s", s.Name(), sha, s.Hash())
+		}
+	}
+}
+
+func mustFile(t *testing.T, name string) string {
+	t.Helper()
+	s, err := File(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestIsNoScript(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("NOSCRIPT but not from Redis"), false},
+		{redis.ErrNoScript, true},
+		{fmt.Errorf("wrapped: %w", redis.ErrNoScript), true},
+		{context.Canceled, false},
+	} {
+		if got := IsNoScript(tt.err); got != tt.want {
+			t.Errorf("IsNoScript(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestNoScript empties the script cache, then shows Run recovers while a
+// pipelined EvalSha reports NOSCRIPT that IsNoScript recognises.
+func TestNoScript(t *testing.T) {
+	noLeaks(t)
+	for _, top := range topologies {
+		t.Run(top.name, func(t *testing.T) {
+			c := top.dial(t)
+			key := redistest.Prefix(t) + "{k}:fw"
+			args, err := Params{PeriodUS: 60e6, Burst: 10, Cost: 1}.WindowArgs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			flush(t, c)
+			if _, err := FixedWindow.Run(t.Context(), c, []string{key}, args...); err != nil {
+				t.Fatalf("Run after SCRIPT FLUSH: %v", err)
+			}
+			flush(t, c)
+			pipe := c.Pipeline()
+			cmd := FixedWindow.EvalSha(t.Context(), pipe, []string{key}, args...)
+			_, _ = pipe.Exec(t.Context())
+			if !IsNoScript(cmd.Err()) {
+				t.Fatalf("pipelined EvalSha after SCRIPT FLUSH: %v, want NOSCRIPT", cmd.Err())
+			}
+			pipe = c.Pipeline()
+			cmd = FixedWindow.Eval(t.Context(), pipe, []string{key}, args...)
+			if _, err := pipe.Exec(t.Context()); err != nil {
+				t.Fatalf("pipelined Eval: %v", err)
+			}
+			pipe = c.Pipeline()
+			cmd = FixedWindow.EvalSha(t.Context(), pipe, []string{key}, args...)
+			if _, err := pipe.Exec(t.Context()); err != nil {
+				t.Fatalf("pipelined EvalSha once Eval cached the script: %v", err)
+			}
+			d, err := DecodeDecision(cmd.Val())
+			if err != nil || !d.Allowed || d.Remaining != 7 {
+				t.Errorf("third decision = %+v, %v; want allowed, 7 remaining", d, err)
+			}
+		})
+	}
+}
+
+func flush(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(t.Context(), func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptFlush(ctx).Err()
+		})
+	} else {
+		err = c.ScriptFlush(t.Context()).Err()
+	}
+	if err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+}
+
+// TestRedisTime checks a script left to its own clock uses Redis TIME, in
+// microseconds.
+func TestRedisTime(t *testing.T) {
+	noLeaks(t)
+	c := redistest.Standalone(t)
+	key := redistest.Prefix(t) + "{k}:tb"
+	args, err := Params{Rate: 1, PeriodUS: 60e6, Burst: 2, Cost: 1}.TokenBucketArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TokenBucket.Run(t.Context(), c, []string{key}, args...); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := c.HGet(t.Context(), key, "ts").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := now.Sub(time.UnixMicro(ts)); d < 0 || d > 5*time.Second {
+		t.Errorf("stored ts %v is %v before Redis TIME %v", time.UnixMicro(ts), d, now)
+	}
+	if ttl := c.PTTL(t.Context(), key).Val(); ttl <= 0 || ttl > 60*time.Second+time.Millisecond {
+		t.Errorf("PTTL = %v, want the 60s until the bucket is full", ttl)
+	}
+}
+
+// TestMiniredis runs every script once on miniredis (gopher-lua, used by
+// the simulator) to show it needs nothing that only real Redis has.
+func TestMiniredis(t *testing.T) {
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	p := Params{Now: now, Rate: 3, PeriodUS: 1e6, Burst: 3, Cost: 2}
+	tb, _ := p.TokenBucketArgs()
+	gcra, _ := p.GCRAArgs()
+	win, _ := p.WindowArgs()
+	acq, _ := ConcurrencyArgs(now, 1, 1e6, "lease-1", false)
+	rel, _ := ReleaseArgs(now, "lease-1")
+	for _, run := range []struct {
+		s    *Script
+		keys []string
+		args []any
+		n    int
+	}{
+		{TokenBucket, []string{"{k}:tb"}, tb, 4},
+		{GCRA, []string{"{k}:gcra"}, gcra, 4},
+		{FixedWindow, []string{"{k}:fw"}, win, 4},
+		{SlidingWindow, []string{"{k}:sw"}, win, 4},
+		{SlidingLog, []string{"{k}:sl", "{k}:sl.meta"}, win, 4},
+		{ConcurrencyAcquire, []string{"{k}:cc"}, acq, 4},
+		{ConcurrencyRelease, []string{"{k}:cc"}, rel, 2},
+	} {
+		for i := range 2 {
+			reply, err := run.s.Run(t.Context(), c, run.keys, run.args...)
+			if err != nil {
+				t.Fatalf("%s #%d: %v", run.s.Name(), i, err)
+			}
+			v, err := DecodeInts(reply, run.n)
+			if err != nil {
+				t.Fatalf("%s #%d: %v", run.s.Name(), i, err)
+			}
+			// Cost 2 of 3 passes once, not twice; the lease is taken once and
+			// released once.
+			if want := int64(1 - i); v[0] != want {
+				t.Errorf("%s #%d: reply %v, want allowed %d", run.s.Name(), i, v, want)
+			}
+		}
+		for _, k := range run.keys {
+			if mr.Exists(k) && mr.TTL(k) <= 0 {
+				t.Errorf("%s: key %s has no TTL", run.s.Name(), k)
+			}
+		}
+	}
+}

@@ -1,0 +1,108 @@
+-- sliding_log.lua: one decision of a sliding-window log.
+--
+-- Every admitted request is logged with its time and cost. A request of cost
+-- c at time now is admitted when the cost logged in (now - period_us, now]
+-- plus c is at most quota. Exact, at the price of one sorted-set member per
+-- admitted request still in the window.
+--
+-- KEYS[1]  sorted set, one member per admitted request, scored by its time
+--          in microseconds; the member is "<time_us>:<seq>:<cost>", unique
+--          because seq comes from a counter (a cost is never split into
+--          members, so a large cost is one member)
+-- KEYS[2]  hash {seq, sum}: the member counter, and the total cost of the
+--          members of KEYS[1]; same hash tag, so same slot, as KEYS[1]
+-- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
+-- ARGV[2]  period_us: the window length in microseconds, integer >= 1
+-- ARGV[3]  quota: cost admitted per window, integer >= 1
+-- ARGV[4]  cost: integer in [1, quota]
+-- ARGV[5]  peek: 1 = decide but write nothing, 0 = spend if admitted
+--
+-- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}
+--
+-- Members scored at or before now - period_us have left the window and are
+-- removed (their cost taken off sum) by any call but a peek; the work is
+-- amortised, each member is removed once. retry_after is the time until
+-- enough of the oldest members leave; reset_after the time until the
+-- newest one does. TTL: period (the newest member's lifetime) on both keys,
+-- set on every admission and on meta whenever it is written; removing
+-- members never needs a longer TTL on the log.
+
+local log, meta = KEYS[1], KEYS[2]
+local now = now_us()
+local period = int_arg(2)
+local quota = int_arg(3)
+local cost = int_arg(4)
+local peek = ARGV[5] == '1'
+
+local function cost_of(member)
+  return tonumber(string.match(member, ':(%d+)$')) or 0
+end
+
+local cutoff = now - period
+local sum = tonumber(redis.call('HGET', meta, 'sum'))
+if sum == nil or redis.call('EXISTS', log) == 0 then
+  -- A new limiter, or one key of the pair evicted: rebuild the sum from
+  -- the log (an empty log, when the log is the one missing).
+  sum = 0
+  for _, member in ipairs(redis.call('ZRANGE', log, 0, -1)) do
+    sum = sum + cost_of(member)
+  end
+end
+local old = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
+for _, member in ipairs(old) do
+  sum = sum - cost_of(member)
+end
+if sum < 0 then
+  sum = 0
+end
+if #old > 0 and not peek then
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff)
+  redis.call('HSET', meta, 'sum', sum)
+  redis.call('PEXPIRE', meta, ttl_ms(period)) -- meta may have been rebuilt
+end
+
+local allowed = sum + cost <= quota
+if allowed and not peek then
+  local seq = redis.call('HINCRBY', meta, 'seq', 1)
+  redis.call('ZADD', log, now, string.format('%d:%d:%d', now, seq, cost))
+  sum = sum + cost
+  redis.call('HSET', meta, 'sum', sum)
+  local ttl = ttl_ms(period)
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('PEXPIRE', meta, ttl)
+end
+
+local remaining = quota - sum
+if remaining < 0 then
+  remaining = 0
+end
+
+local retry = 0
+if not allowed then
+  -- Walk the oldest members still in the window until enough cost has
+  -- left. Each costs at least 1, so at most need members are read.
+  local need = sum + cost - quota
+  local bound = '(' .. string.format('%d', cutoff)
+  local entries = redis.call('ZRANGEBYSCORE', log, bound, '+inf', 'WITHSCORES', 'LIMIT', 0, need)
+  retry = period -- unreachable unless the log and sum disagree
+  local freed = 0
+  for i = 1, #entries, 2 do
+    freed = freed + cost_of(entries[i])
+    if freed >= need then
+      retry = tonumber(entries[i + 1]) + period - now
+      break
+    end
+  end
+end
+
+local reset = 0
+if sum > 0 then
+  local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  if #newest == 2 then
+    reset = tonumber(newest[2]) + period - now
+  end
+  if reset < 0 then
+    reset = 0
+  end
+end
+return {allowed and 1 or 0, remaining, retry, reset}
