@@ -147,8 +147,10 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 		if e.flagged || !now.Before(e.nextSync) {
 			due = append(due, e)
 		}
-		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()-l.tick() {
-			e.take(e.avail.Load()) // about to lapse in Redis: stop spending it
+		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2 {
+			// Half-way to lapsing in Redis and not renewed: stop spending
+			// it, with half a life of margin for a late sweep.
+			e.take(e.avail.Load())
 		}
 		if l.idle(e) {
 			idle = append(idle, e)

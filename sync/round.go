@@ -188,10 +188,10 @@ func (l *Limiter) budget(limit hybridlimit.Limit) int64 {
 
 // allowanceLife is how long an Optimistic allowance counts in Redis against
 // the other instances' allowances. The instance renews it at a fifth of its
-// life and stops spending it a tick before it lapses (see sweep), so what
-// it spent is reported before the allowance stops counting unless its
-// reports fail for some eight intervals; a crashed instance's allowance
-// holds others back for at most this long.
+// life and stops spending it at half its life (see sweep), so what it spent
+// is reported before the allowance stops counting unless its reports fail
+// for some five intervals; a crashed instance's allowance holds others back
+// for at most this long.
 func (l *Limiter) allowanceLife() time.Duration {
 	return 10*l.cfg.interval + l.cfg.roundTimeout
 }
