@@ -50,7 +50,8 @@
 --             value (see the modes),
 --             budget (report mode: overshoot budget in tokens, or -1),
 --             held (report mode: allowance the instance held unspent when
---                   it sent the message).
+--                   it sent the message; -1 when it is closing and wants
+--                   none).
 -- Reply: a flat array, five integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
@@ -155,6 +156,8 @@ for i = 1, #KEYS / 3 do
   if not reserve then
     if budget < 0 then
       allowance = remaining
+    elseif fresh and held < 0 then
+      redis.call('HDEL', akey, id)
     elseif fresh then
       allowance = share(akey, remaining, budget, held)
     else

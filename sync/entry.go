@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"runtime"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,11 @@ func (e *entry) give(n int64) {
 // take removes up to n unspent tokens from the local allowance and returns
 // how many it removed. The caller holds e.mu.
 func (e *entry) take(n int64) int64 {
+	if n <= 0 {
+		// A negative n (a caller passing a raw reading of avail while a
+		// decision is putting back a cost) must not add tokens.
+		return 0
+	}
 	for {
 		a := e.avail.Load()
 		t := min(n, max(a, 0))
@@ -80,6 +86,43 @@ func (e *entry) take(n int64) int64 {
 		if e.avail.CompareAndSwap(a, a-t) {
 			e.issued -= t
 			return t
+		}
+	}
+}
+
+// snapshot returns the unspent allowance and the consumption it implies
+// from one reading of avail, waiting out a negative reading as settle does.
+// The caller holds e.mu.
+func (e *entry) snapshot() (held, consumed int64) {
+	for {
+		a := e.avail.Load()
+		if a >= 0 || a < evicted/2 {
+			a = max(a, 0)
+			return a, e.issued - a
+		}
+		runtime.Gosched()
+	}
+}
+
+// settle sets the local allowance to allowance(consumed), computed from
+// the same reading of avail that the swap replaces, so no decision slips
+// between the reading and the new allowance. A negative reading means a
+// decision is about to put back a cost it could not pay; settle waits for
+// it rather than fold a transient into the books. The caller holds e.mu.
+func (e *entry) settle(allowance func(consumed int64) int64) {
+	for {
+		a := e.avail.Load()
+		if a < 0 {
+			if a < evicted/2 {
+				return
+			}
+			runtime.Gosched()
+			continue
+		}
+		target := max(allowance(e.issued-a), 0)
+		if e.avail.CompareAndSwap(a, target) {
+			e.issued += target - a
+			return
 		}
 	}
 }

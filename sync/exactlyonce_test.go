@@ -107,6 +107,11 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 				t.Logf("admitted %d (per instance %v), %d left, %d faults injected", total, admitted, left, hit)
 				if total > burst {
 					t.Errorf("admitted %d, budget %d", total, burst)
+					for _, l := range ls {
+						b, led, al := l.Keys("hot")
+						c := srv.Client(t)
+						t.Logf("%s ledger %q bucket %q allowances %v", l.InstanceID(), c.Get(context.Background(), led).Val(), c.Get(context.Background(), b).Val(), c.HGetAll(context.Background(), al).Val())
+					}
 				}
 				if total+left != burst {
 					t.Errorf("admitted %d + left %d = %d, want %d", total, left, total+left, burst)

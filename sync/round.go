@@ -93,10 +93,17 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	m := message{limit: limit, base: e.acked}
 	if l.cfg.mode == Optimistic {
+		if final {
+			e.settle(func(int64) int64 { return 0 })
+			m.held = -1 // closing: record no allowance
+		}
+		held, consumed := e.snapshot()
+		if !final {
+			m.held = held
+		}
 		m.value = consumed
-		m.held = max(e.avail.Load(), 0)
 		e.sent = consumed
-		expiring := l.cfg.overshoot >= 0 && e.avail.Load() > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
+		expiring := l.cfg.overshoot >= 0 && held > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
 		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring
 	}
 	held := max(e.avail.Load(), 0)
@@ -281,13 +288,15 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	e.synced.Store(true)
 	if l.cfg.mode == Optimistic {
 		// The allowance counts from the consumption the message carried;
-		// what was admitted since comes out of it.
-		want := max(allowance-(e.consumed()-e.sent), 0)
-		if held := max(e.avail.Load(), 0); want > held {
-			e.give(want - held)
-		} else {
-			e.take(held - want)
-		}
+		// what was admitted since comes out of it. After Close nothing more
+		// is admitted, so nothing goes unreported.
+		closed := l.closed.Load()
+		e.settle(func(consumed int64) int64 {
+			if closed {
+				return 0
+			}
+			return allowance - (consumed - e.sent)
+		})
 		e.grantAt = e.sentAt
 		remaining = max(remaining-allowance, 0)
 	} else if total > e.issued {
