@@ -1,0 +1,140 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	c := redistest.Standalone(t)
+	if _, err := hlsync.New(nil); !errors.Is(err, hybridlimit.ErrNilClient) {
+		t.Errorf("New(nil) = %v, want ErrNilClient", err)
+	}
+	bad := map[string]hlsync.Option{
+		"nil option":         nil,
+		"zero interval":      hlsync.WithSyncInterval(0, 0.1),
+		"NaN jitter":         hlsync.WithSyncInterval(time.Second, math.NaN()),
+		"huge jitter":        hlsync.WithSyncInterval(time.Second, 2),
+		"zero keys per call": hlsync.WithMaxKeysPerCall(0),
+		"negative wait":      hlsync.WithMaxWait(-time.Second),
+		"tiny round timeout": hlsync.WithRoundTimeout(time.Microsecond),
+		"NaN lookahead":      hlsync.WithLeaseLookahead(math.NaN()),
+		"zero groups":        hlsync.WithSlotGroups(0),
+		"zero max keys":      hlsync.WithMaxKeys(0),
+		"brace prefix":       hlsync.WithPrefix("a{b"),
+		"bad instance id":    hlsync.WithInstanceID("a b"),
+		"empty instance id":  hlsync.WithInstanceID(""),
+		"unknown policy":     hlsync.WithFailurePolicy(hlsync.FailurePolicy(9)),
+		"unknown mode":       hlsync.WithMode(hlsync.Mode(7)),
+		"negative budget":    hlsync.WithOvershootBudget(-0.5),
+		"NaN budget":         hlsync.WithOvershootBudget(math.NaN()),
+		"infinite threshold": hlsync.WithLowLimitThreshold(math.Inf(1)),
+		"nil logger":         hlsync.WithLogger(nil),
+		"nil clock":          hlsync.WithClock(nil),
+	}
+	for name, opt := range bad {
+		if l, err := hlsync.New(c, opt); err == nil || l != nil {
+			t.Errorf("%s: New = %v, %v; want an error", name, l, err)
+		}
+	}
+}
+
+func TestAllowRejectsBadInput(t *testing.T) {
+	noLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	ok := hybridlimit.PerSecond(10)
+	tests := []struct {
+		name  string
+		key   string
+		limit hybridlimit.Limit
+		cost  int64
+		want  error
+	}{
+		{"zero limit", "k", hybridlimit.Limit{}, 1, hybridlimit.ErrInvalidLimit},
+		{"negative rate", "k", hybridlimit.PerSecond(-1), 1, hybridlimit.ErrInvalidLimit},
+		{"huge burst", "k", ok.WithBurst(math.MaxInt64), 1, hybridlimit.ErrInvalidLimit},
+		{"zero cost", "k", ok, 0, hybridlimit.ErrInvalidCost},
+		{"negative cost", "k", ok, -3, hybridlimit.ErrInvalidCost},
+		{"cost above burst", "k", ok, 11, hybridlimit.ErrCostExceedsBurst},
+		{"empty key", "", ok, 1, hybridlimit.ErrInvalidKey},
+		{"huge key", strings.Repeat("k", hybridlimit.MaxKeyLen+1), ok, 1, hybridlimit.ErrInvalidKey},
+	}
+	for _, tt := range tests {
+		r, err := l.AllowN(ctx, tt.key, tt.limit, tt.cost)
+		if !errors.Is(err, tt.want) || r.Allowed {
+			t.Errorf("%s: AllowN = %+v, %v; want %v and not allowed", tt.name, r, err, tt.want)
+		}
+	}
+	// Binary keys and keys with braces are ordinary keys.
+	for _, key := range []string{"\x00\xff", "{a}", "}{", "%7B"} {
+		if r, err := l.Allow(ctx, key, ok); err != nil || !r.Allowed {
+			t.Errorf("Allow(%q) = %+v, %v; want allowed", key, r, err)
+		}
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	noLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := hybridlimit.PerSecond(100)
+	// Before Start, decisions work: they fetch allowance themselves.
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("Allow before Start = %+v, %v", r, err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); !errors.Is(err, hlsync.ErrRunning) {
+		t.Errorf("second Start = %v, want ErrRunning", err)
+	}
+	if err := l.Run(ctx); !errors.Is(err, hlsync.ErrRunning) {
+		t.Errorf("Run while started = %v, want ErrRunning", err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	if _, err := l.Allow(ctx, "k", limit); !errors.Is(err, hlsync.ErrClosed) {
+		t.Errorf("Allow after Close = %v, want ErrClosed", err)
+	}
+	if err := l.Start(); !errors.Is(err, hlsync.ErrClosed) {
+		t.Errorf("Start after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	noLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
