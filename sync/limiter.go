@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Errors a Limiter returns besides the shared ones of package hybridlimit.
@@ -51,7 +52,7 @@ type Limiter struct {
 	tags  []string // hash tag of each slot group
 	table *table
 	// fallback enforces each instance's share while Redis cannot be asked.
-	fallback *tmpTable
+	fallback *local.Table
 	base     time.Time // the clock reading that nanosecond offsets count from
 	seq      atomic.Int64
 	live     atomic.Int64       // instances seen alive in Redis, at least 1
@@ -97,7 +98,10 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
-	fb := newTmpTable()
+	fb, err := local.NewTable(local.WithMaxKeys(cfg.maxKeys))
+	if err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
+	}
 	l := &Limiter{
 		rdb:      rdb,
 		cfg:      cfg,
