@@ -3,6 +3,8 @@ package sync_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"time"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -61,4 +63,79 @@ func BenchmarkSyncMapBaseline(b *testing.B) {
 			v.(*atomic.Int64).Add(-1)
 		}
 	})
+}
+
+// fakeClock is a clock the benchmark moves by hand.
+type fakeClock struct{ now atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time { return time.Unix(0, c.now.Load()) }
+
+// BenchmarkLimiterSync measures one reconcile round of an instance with
+// many active keys: every key spent most of its lease since the last
+// round, so every key has a message. The figures to read are ms/round and
+// msgs/round.
+func BenchmarkLimiterSync(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			c := redistest.Standalone(b)
+			clk := &fakeClock{}
+			clk.now.Store(time.Now().UnixNano())
+			l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk),
+				hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			limit := hybridlimit.PerSecond(1000)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = "user:" + strconv.Itoa(i)
+			}
+			ctx := context.Background()
+			spend := func() {
+				var wg stdsync.WaitGroup
+				for w := range 64 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := w; i < n; i += 64 {
+							_, _ = l.AllowN(ctx, keys[i], limit, 6)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			spend()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var total, begin, send time.Duration
+			for range b.N {
+				b.StopTimer()
+				spend()
+				clk.now.Add(int64(time.Second))
+				b.StartTimer()
+				start := time.Now()
+				r := l.BeginRound()
+				begin += time.Since(start)
+				t1 := time.Now()
+				if err := r.Send(ctx); err != nil {
+					b.Fatal(err)
+				}
+				send += time.Since(t1)
+				r.Finish()
+				total += time.Since(start)
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/round")
+			b.ReportMetric(float64(begin.Milliseconds())/float64(b.N), "ms/prepare")
+			b.ReportMetric(float64(send.Milliseconds())/float64(b.N), "ms/send")
+			if info, err := c.Info(ctx, "commandstats").Result(); err == nil {
+				for _, line := range strings.Split(info, "\n") {
+					if strings.HasPrefix(line, "cmdstat_evalsha:") {
+						b.Log(strings.TrimSpace(line))
+					}
+				}
+			}
+			b.ReportMetric(float64(l.Stats().Messages)/float64(b.N+1), "msgs/round")
+		})
+	}
 }

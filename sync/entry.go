@@ -16,31 +16,37 @@ import (
 // the tokens this instance has admitted for the key in all are
 // issued - avail, with no counter on the request path but avail.
 type entry struct {
-	// avail is the allowance left to spend locally. Requests subtract their
-	// cost and put it back if the result is negative; it is the only word a
-	// decision with allowance writes.
-	avail atomic.Int64
-	_     [56]byte // keeps avail's cache line free of the fields below, which the sync loop writes
+	// The first cache line holds what a decision with allowance touches,
+	// and nothing else: avail, the only word it writes, and the words it
+	// reads, which the sync loop rewrites at most once a round. Entries
+	// are a multiple of 64 bytes long, so the allocator aligns them to a
+	// cache line and no other entry's words share this one.
 
-	key        string
-	hash       uint64
+	// avail is the allowance left to spend locally. Requests subtract their
+	// cost and put it back if the result is negative.
+	avail      atomic.Int64
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
-	group      int
-	bucketKey  string
-	ledgerKey  string
-	allowKey   string
-	epoch      int64        // first sequence number of this entry's messages
-	denyUntil  atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
-	remaining  atomic.Int64 // global tokens left as of the last sync
-	resetAfter atomic.Int64 // nanoseconds until the global bucket is full, as of the last sync
-	dead       atomic.Bool  // evicted or replaced; look the key up again
-	synced     atomic.Bool  // Redis has answered for this entry at least once
+	remaining  atomic.Int64                      // global tokens left as of the last sync
+	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
+	key        string
+	_          [16]byte
+
+	hash      uint64
+	group     int
+	bucketKey string
+	ledgerKey string
+	allowKey  string
+	epoch     int64        // first sequence number of this entry's messages
+	denyUntil atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
+	dead      atomic.Bool  // evicted or replaced; look the key up again
+	synced    atomic.Bool  // Redis has answered for this entry at least once
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
 	issued   int64         // allowance handed to avail in all
 	acked    int64         // the ledger's total as last heard from Redis
 	inflight bool          // a message for this entry awaits its reply
 	unacked  bool          // the last message got no reply: Redis may hold more than acked says
+	flagged  bool          // on the limiter's list of entries wanting an early sync
 	sent     int64         // Optimistic: consumption carried by the message in flight
 	sentAt   time.Time     // when the message in flight was prepared
 	grantAt  time.Time     // Optimistic: when the message that brought the allowance was prepared
@@ -50,7 +56,7 @@ type entry struct {
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
 	idle     int           // rounds in a row without consumption
-	flagged  bool          // on the limiter's list of entries wanting an early sync
+	// The size, 320 bytes, is a multiple of 64: TestEntryLayout keeps it so.
 }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that

@@ -1,6 +1,9 @@
 package sync
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // TestEntryTakeNeverAdds pins the bug where a raw negative reading of
 // avail (a decision about to put back a cost it could not pay) passed to
@@ -32,5 +35,27 @@ func TestEntrySettleCountsFromOneReading(t *testing.T) {
 	})
 	if held, consumed := e.snapshot(); held != 7 || consumed != 4 {
 		t.Errorf("after settle: held %d, consumed %d; want 7, 4", held, consumed)
+	}
+}
+
+// TestEntryLayout checks what the hot path relies on: the words a decision
+// touches share the first cache line, and the size is a multiple of 64 so
+// that entries are allocated on cache-line boundaries.
+func TestEntryLayout(t *testing.T) {
+	var e entry
+	if size := unsafe.Sizeof(e); size%64 != 0 {
+		t.Errorf("entry is %d bytes, not a multiple of 64", size)
+	}
+	for name, off := range map[string]uintptr{
+		"avail": unsafe.Offsetof(e.avail), "limit": unsafe.Offsetof(e.limit),
+		"remaining": unsafe.Offsetof(e.remaining), "resetAfter": unsafe.Offsetof(e.resetAfter),
+		"key": unsafe.Offsetof(e.key) + unsafe.Sizeof(e.key) - 1,
+	} {
+		if off >= 64 {
+			t.Errorf("%s ends at offset %d, outside the first cache line", name, off)
+		}
+	}
+	if off := unsafe.Offsetof(e.hash); off != 64 {
+		t.Errorf("the first cold field starts at %d, want 64", off)
 	}
 }

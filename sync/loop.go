@@ -174,7 +174,7 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || e.idle < 3 || !e.synced.Load() {
+	if e.inflight || e.unacked || e.flagged || e.idle < 2*idleRounds || !e.synced.Load() {
 		return false
 	}
 	if l.cfg.mode == Optimistic {

@@ -108,19 +108,42 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
-	if !final && e.idle == 0 && !l.lowLimit(limit) {
-		want += int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
+	if !final && e.idle < idleRounds && !l.lowLimit(limit) {
+		lease := int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
+		want += max(lease, l.minLease(limit))
 	}
 	want = min(want, limit.Burst)
 	switch {
 	case held > 2*want || (want == 0 && held > 0):
 		e.take(held - want)
-	case held < want:
-		m.value = e.issued + want - held
-		return m, true
+	case e.waiting > 0 || held < want/2 || float64(held) < e.demand*1.5*l.cfg.interval.Seconds():
+		// Top up, but not for every token spent: a slow key holding its
+		// minimum lease syncs every few seconds, not every interval.
+		if held < want {
+			m.value = e.issued + want - held
+			return m, true
+		}
 	}
 	m.value = e.issued
 	return m, m.value != e.acked || e.unacked || !e.synced.Load() && e.waiting > 0
+}
+
+// Lease sizing.
+const (
+	// maxMinLease is the most a key holds for the mere fact of being in
+	// use, whatever its measured demand.
+	maxMinLease = 8
+	// idleRounds is how many rounds without consumption make a key hand
+	// back its allowance; twice as many evict it from memory.
+	idleRounds = 4
+)
+
+// minLease returns what a key in use holds at least: maxMinLease tokens,
+// or a quarter of this instance's share of the burst if that is less, so
+// the minimum leases of all instances together hold at most a quarter of
+// the burst.
+func (l *Limiter) minLease(limit hybridlimit.Limit) int64 {
+	return min(maxMinLease, limit.Burst/(4*max(l.live.Load(), 1)))
 }
 
 // lowLimit reports whether a limit is too low to lease ahead of demand:
@@ -168,13 +191,23 @@ func (r *round) batches() []*call {
 		mode = "o"
 	}
 	header := []any{0, r.l.ledgerTTL(), mode, r.l.cfg.instanceID, r.l.allowanceLife().Microseconds()}
-	open := map[int]*call{}
+	perGroup := make(map[int]int)
+	for i := range r.msgs {
+		perGroup[r.msgs[i].e.group]++
+	}
+	open := make(map[int]*call, len(perGroup))
 	var calls []*call
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		c := open[m.e.group]
 		if c == nil || len(c.msgs) == r.l.cfg.maxKeysPerCall {
-			c = &call{args: append([]any(nil), header...)}
+			n := min(perGroup[m.e.group], r.l.cfg.maxKeysPerCall)
+			perGroup[m.e.group] -= n
+			c = &call{
+				msgs: make([]*message, 0, n),
+				keys: make([]string, 0, 3*n),
+				args: append(make([]any, 0, len(header)+9*n), header...),
+			}
 			open[m.e.group] = c
 			calls = append(calls, c)
 		}

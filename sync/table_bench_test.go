@@ -1,0 +1,48 @@
+package sync
+
+import (
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+func BenchmarkTableGetHot(b *testing.B) {
+	t := newTable()
+	for i := range 1000 {
+		k := string(rune('a'+i%26)) + string(rune(i))
+		t.getOrInsert(k, func() *entry { return &entry{key: k} })
+	}
+	t.getOrInsert("hot", func() *entry { return &entry{key: "hot"} })
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if t.get("hot") == nil {
+				b.Fatal("missing")
+			}
+		}
+	})
+}
+
+func BenchmarkEntryAddHot(b *testing.B) {
+	e := &entry{}
+	e.avail.Store(1 << 60)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			e.avail.Add(-1)
+		}
+	})
+}
+
+func BenchmarkFastPathNoResult(b *testing.B) {
+	t := newTable()
+	e, _ := t.getOrInsert("hot", func() *entry { return &entry{key: "hot"} })
+	lim := hybridlimit.PerSecond(10)
+	e.limit.Store(&lim)
+	e.avail.Store(1 << 60)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if e := t.get("hot"); e != nil && *e.limit.Load() == lim {
+				e.avail.Add(-1)
+			}
+		}
+	})
+}
