@@ -31,7 +31,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	if now.IsZero() {
 		now = l.cfg.clock.Now()
 	}
-	deadline := now.Add(l.cfg.maxWait)
+	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
 	for fetches := 0; ; fetches++ {
 		e, err := l.entry(key, limit, now)
 		if err != nil {

@@ -138,3 +138,33 @@ func TestRunStopsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestWait(t *testing.T) {
+	noLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	// Low limit, so exact: one token every 100ms.
+	limit := hybridlimit.Every(100*time.Millisecond, 1)
+	ctx := context.Background()
+	start := time.Now()
+	for range 3 {
+		if err := l.Wait(ctx, "w", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first is immediate, the next two wait about 100ms each.
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("three Waits took %v, want at least 150ms at 10 per second", d)
+	}
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(short, "w", limit); !errors.Is(err, hlsync.ErrWouldExceedDeadline) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait with a 10ms deadline = %v, want ErrWouldExceedDeadline", err)
+	}
+	if err := l.WaitN(ctx, "w", limit, 2); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
+		t.Errorf("WaitN cost 2 > burst 1 = %v, want ErrCostExceedsBurst", err)
+	}
+}

@@ -170,6 +170,41 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limi
 	return l.AllowNAt(ctx, time.Time{}, key, limit, cost)
 }
 
+// ErrWouldExceedDeadline is returned by Wait when the wait the limiter
+// asks for ends after ctx's deadline: failing at once beats failing late.
+var ErrWouldExceedDeadline = errors.New("sync: wait would exceed the context deadline")
+
+// Wait is WaitN(ctx, key, limit, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, limit hybridlimit.Limit) error {
+	return l.WaitN(ctx, key, limit, 1)
+}
+
+// WaitN blocks until a request of the given cost is admitted, sleeping for
+// each denial's RetryAfter, and returns nil once it is. It returns
+// ErrWouldExceedDeadline at once if a RetryAfter ends past ctx's deadline,
+// ctx.Err() if ctx ends first, and any error AllowN returns.
+func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
+	for {
+		r, err := l.AllowN(ctx, key, limit, cost)
+		if err != nil {
+			return err
+		}
+		if r.Allowed {
+			return nil
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < r.RetryAfter {
+			return ErrWouldExceedDeadline
+		}
+		t := time.NewTimer(r.RetryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // AllowNAt is AllowN at time now; the zero time means the limiter's clock.
 // The time matters only when the key has no local allowance left.
 //
