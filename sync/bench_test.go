@@ -4,10 +4,10 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"time"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
