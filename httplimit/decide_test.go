@@ -1,0 +1,252 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+var limit10 = hybridlimit.PerMinute(10)
+
+func TestCheck(t *testing.T) {
+	errDown := fmt.Errorf("global: gcra: %w: dial tcp: refused", hybridlimit.ErrUnavailable)
+	type row struct {
+		name       string
+		rules      []Rule
+		opts       []Option
+		status     int
+		retry      time.Duration
+		reported   []string // policy names, tightest first
+		violated   []string
+		remainings []int64
+	}
+	rule := func(name string, l Limiter, edit ...func(*Rule)) Rule {
+		r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
+		for _, e := range edit {
+			e(&r)
+		}
+		return r
+	}
+	shadow := func(r *Rule) { r.Shadow = true }
+	closed := func(r *Rule) { r.OnError = FailClosed }
+	exempt := func(r *Rule) { r.Exempt = func(*http.Request) bool { return true } }
+	nokey := func(r *Rule) { r.Key = Header("X-None") }
+	tests := []row{
+		{name: "no rules", status: 200},
+		{
+			name:   "least remaining is tightest",
+			rules:  []Rule{rule("a", answer(allowed(5, time.Second), nil)), rule("b", answer(allowed(2, time.Second), nil)), rule("c", answer(allowed(2, time.Second), nil))},
+			status: 200, reported: []string{"b"}, remainings: []int64{2},
+		},
+		{
+			name:  "all policies, tightest first",
+			rules: []Rule{rule("a", answer(allowed(5, time.Second), nil)), rule("b", answer(allowed(2, time.Second), nil)), rule("c", answer(allowed(3, time.Second), nil))},
+			opts:  []Option{WithAllPolicies()}, status: 200, reported: []string{"b", "a", "c"}, remainings: []int64{2, 5, 3},
+		},
+		{
+			name:   "longest retry among denials",
+			rules:  []Rule{rule("a", answer(denied(2*time.Second, time.Minute), nil)), rule("b", answer(allowed(0, time.Second), nil)), rule("c", answer(denied(30*time.Second, time.Minute), nil))},
+			status: 429, retry: 30 * time.Second, reported: []string{"c"}, violated: []string{"a", "c"}, remainings: []int64{0},
+		},
+		{
+			name:   "shadow denial passes and is not reported",
+			rules:  []Rule{rule("s", answer(denied(time.Second, time.Second), nil), shadow), rule("b", answer(allowed(4, time.Second), nil))},
+			status: 200, reported: []string{"b"}, remainings: []int64{4},
+		},
+		{
+			name:   "exempt and keyless rules are skipped",
+			rules:  []Rule{rule("x", answer(denied(time.Second, time.Second), nil), exempt), rule("y", answer(denied(time.Second, time.Second), nil), nokey)},
+			status: 200,
+		},
+		{
+			name:   "fail open leaves the rule out",
+			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown)), rule("b", answer(allowed(4, time.Second), nil))},
+			status: 200, reported: []string{"b"}, remainings: []int64{4},
+		},
+		{
+			name:   "fail closed is 503",
+			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed, func(r *Rule) { r.FailRetry = 3 * time.Second }), rule("b", answer(allowed(4, time.Second), nil))},
+			status: 503, retry: 3 * time.Second, reported: []string{"b"}, remainings: []int64{4},
+		},
+		{
+			name:   "a denial beats a failure",
+			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed), rule("b", answer(denied(7*time.Second, time.Minute), nil))},
+			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
+		},
+		{
+			name:   "shadow failure is open",
+			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed, shadow)},
+			status: 200,
+		},
+		{
+			name:   "cost above burst is denied without a wait",
+			rules:  []Rule{rule("big", answer(allowed(9, 0), nil), func(r *Rule) { r.CostFunc = func(*http.Request) int64 { return 11 } })},
+			status: 429, retry: 0, reported: []string{"big"}, violated: []string{"big"}, remainings: []int64{0},
+		},
+		{
+			name:   "free request skips the rule",
+			rules:  []Rule{rule("free", answer(denied(time.Second, time.Second), nil), func(r *Rule) { r.CostFunc = func(*http.Request) int64 { return 0 } })},
+			status: 200,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := New(tt.rules, tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := m.Check(httptest.NewRequest("GET", "/", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			var rems []int64
+			for _, p := range d.Policies {
+				names = append(names, p.Name)
+				rems = append(rems, p.Result.Remaining)
+			}
+			if d.Status != tt.status || d.RetryAfter != tt.retry || !reflect.DeepEqual(names, tt.reported) ||
+				!reflect.DeepEqual(d.Violated, tt.violated) || !reflect.DeepEqual(rems, tt.remainings) {
+				t.Errorf("Check = status %d retry %v policies %q remaining %v violated %q,\nwant status %d retry %v policies %q remaining %v violated %q",
+					d.Status, d.RetryAfter, names, rems, d.Violated, tt.status, tt.retry, tt.reported, tt.remainings, tt.violated)
+			}
+			if d.Allowed() != (tt.status == 200) {
+				t.Errorf("Allowed() = %v with status %d", d.Allowed(), d.Status)
+			}
+		})
+	}
+}
+
+func TestCheckCounts(t *testing.T) {
+	errDown := fmt.Errorf("x: %w", hybridlimit.ErrUnavailable)
+	m, err := New([]Rule{
+		{Name: "ok", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")},
+		{Name: "deny", Limiter: answer(denied(time.Second, 0), nil), Limit: limit10, Key: Static("k")},
+		{Name: "shadow", Limiter: answer(denied(time.Second, 0), nil), Limit: limit10, Key: Static("k"), Shadow: true},
+		{Name: "open", Limiter: answer(hybridlimit.Result{}, errDown), Limit: limit10, Key: Static("k")},
+		{Name: "closed", Limiter: answer(hybridlimit.Result{}, hlsync.ErrClosed), Limit: limit10, Key: Static("k"), OnError: FailClosed},
+		{Name: "exempt", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k"), Exempt: Methods("GET")},
+		{Name: "nokey", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Header("X-None")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := m.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := m.Stats()
+	want := map[string]Outcome{"ok": OutcomeAllowed, "deny": OutcomeDenied, "shadow": OutcomeShadowDenied,
+		"open": OutcomeErrorOpen, "closed": OutcomeErrorClosed, "exempt": OutcomeExempt, "nokey": OutcomeNoKey}
+	for _, rs := range s.Rules {
+		for o := range NumOutcomes {
+			n := uint64(0)
+			if want[rs.Name] == o {
+				n = 3
+			}
+			if rs.Outcomes[o] != n {
+				t.Errorf("rule %s: %s = %d, want %d", rs.Name, o, rs.Outcomes[o], n)
+			}
+		}
+		if rs.Limiter != "custom" {
+			t.Errorf("rule %s: limiter kind %q, want custom", rs.Name, rs.Limiter)
+		}
+	}
+	if got := s.Rules[3].Errors[ErrorUnavailable]; got != 3 {
+		t.Errorf("open: unavailable errors = %d, want 3", got)
+	}
+	if got := s.Rules[4].Errors[ErrorClosed]; got != 3 {
+		t.Errorf("closed: closed errors = %d, want 3", got)
+	}
+}
+
+func TestCheckCanceled(t *testing.T) {
+	l := &fakeLimiter{f: func(string, hybridlimit.Limit, int64) (hybridlimit.Result, error) {
+		return hybridlimit.Result{}, context.Canceled
+	}}
+	m, err := New([]Rule{{Name: "a", Limiter: l, Limit: limit10, Key: Static("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	if _, err := m.Check(r); !errors.Is(err, context.Canceled) {
+		t.Errorf("Check with a canceled context = %v, want context.Canceled", err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next called") })).ServeHTTP(w, r)
+	if w.Code != 503 || m.Stats().Canceled != 1 {
+		t.Errorf("canceled request: status %d, Canceled = %d", w.Code, m.Stats().Canceled)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err  error
+		want ErrorClass
+	}{
+		{fmt.Errorf("global: %w: x", hybridlimit.ErrUnavailable), ErrorUnavailable},
+		{hlsync.ErrClosed, ErrorClosed},
+		{fmt.Errorf("sync: %w", hybridlimit.ErrInvalidKey), ErrorInvalid},
+		{fmt.Errorf("x: %w", hybridlimit.ErrInvalidLimit), ErrorInvalid},
+		{context.DeadlineExceeded, ErrorCanceled},
+		{errors.New("boom"), ErrorOther},
+	}
+	for _, tt := range tests {
+		if got := Classify(tt.err); got != tt.want {
+			t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ok := Rule{Name: "a", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")}
+	tests := []struct {
+		name  string
+		edit  func(*Rule)
+		field string
+	}{
+		{"no name", func(r *Rule) { r.Name = "" }, "Name"},
+		{"long name", func(r *Rule) { r.Name = string(make([]byte, 65)) }, "Name"},
+		{"non-ASCII name", func(r *Rule) { r.Name = "é" }, "Name"},
+		{"no limiter", func(r *Rule) { r.Limiter = nil }, "Limiter"},
+		{"no key", func(r *Rule) { r.Key = nil }, "Key"},
+		{"zero limit", func(r *Rule) { r.Limit = hybridlimit.Limit{} }, "Limit"},
+		{"cost above burst", func(r *Rule) { r.Cost = 11 }, "Cost"},
+		{"negative cost", func(r *Rule) { r.Cost = -1 }, "Cost"},
+		{"bad policy", func(r *Rule) { r.OnError = 9 }, "OnError"},
+		{"bad unit", func(r *Rule) { r.QuotaUnit = "bytes" }, "QuotaUnit"},
+		{"negative fail retry", func(r *Rule) { r.FailRetry = -1 }, "FailRetry"},
+	}
+	for _, tt := range tests {
+		r := ok
+		tt.edit(&r)
+		_, err := New([]Rule{ok2(), r})
+		if !errors.Is(err, ErrInvalidRule) || !containsAll(err.Error(), "rules[1]", tt.field+":") {
+			t.Errorf("%s: New = %v, want ErrInvalidRule naming rules[1] and %s", tt.name, err, tt.field)
+		}
+	}
+	if _, err := New([]Rule{ok, ok}); err == nil || !containsAll(err.Error(), "rules[1]", "earlier rule") {
+		t.Errorf("New with a duplicate name = %v", err)
+	}
+	if _, err := New(nil, nil); err == nil {
+		t.Errorf("New with a nil option succeeded")
+	}
+	if _, err := New(nil, WithLogger(nil)); err == nil {
+		t.Errorf("New with a nil logger succeeded")
+	}
+}
+
+func ok2() Rule {
+	return Rule{Name: "first", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")}
+}

@@ -1,0 +1,141 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/httplimit/internal/sfv"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// noLeaks fails the test if it leaves goroutines behind. Call it first:
+// cleanups run last-in first-out, so the check runs after the others.
+func noLeaks(tb testing.TB) {
+	tb.Helper()
+	opt := goleak.IgnoreCurrent()
+	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
+}
+
+// prefix returns a key prefix unique to the test, at most 64 bytes as a
+// Keyspace wants.
+func prefix(tb testing.TB) string {
+	p := redistest.Prefix(tb)
+	if len(p) > 64 {
+		p = "t:" + p[len(p)-62:]
+	}
+	return p
+}
+
+// fakeLimiter answers with f, and records the keys it was asked about.
+type fakeLimiter struct {
+	f    func(key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
+	keys []string
+}
+
+func (l *fakeLimiter) AllowN(_ context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	l.keys = append(l.keys, key)
+	return l.f(key, limit, cost)
+}
+
+// answer returns a fakeLimiter that always answers r (with the limit filled in) and err.
+func answer(r hybridlimit.Result, err error) *fakeLimiter {
+	return &fakeLimiter{f: func(_ string, limit hybridlimit.Limit, _ int64) (hybridlimit.Result, error) {
+		r.Limit = limit
+		return r, err
+	}}
+}
+
+func allowed(remaining int64, reset time.Duration) hybridlimit.Result {
+	return hybridlimit.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}
+}
+
+func denied(retry, reset time.Duration) hybridlimit.Result {
+	return hybridlimit.Result{RetryAfter: retry, ResetAfter: reset}
+}
+
+// policyItem is one member of RateLimit-Policy or RateLimit, parsed.
+type policyItem struct {
+	Name string
+	// Params holds the integer parameters (q, w, r, t); Unit the qu string.
+	Params map[string]int64
+	Unit   string
+}
+
+func (p policyItem) String() string { return fmt.Sprintf("%q%v", p.Name, p.Params) }
+
+// parseField parses a RateLimit-Policy or RateLimit field value with a
+// Structured Field parser and checks its shape: a List of Items, each a
+// String with integer parameters (and a String qu), none negative, and the
+// required parameter present.
+func parseField(tb testing.TB, name, value string) []policyItem {
+	tb.Helper()
+	members, err := sfv.ParseList(value)
+	if err != nil {
+		tb.Fatalf("%s: %q is not a Structured Field List: %v", name, value, err)
+	}
+	required := map[string]string{HeaderRateLimitPolicy: "q", HeaderRateLimit: "r"}[name]
+	var out []policyItem
+	for _, m := range members {
+		it, ok := m.(sfv.Item)
+		if !ok {
+			tb.Fatalf("%s: member %#v is not an Item", name, m)
+		}
+		s, ok := it.Value.(string)
+		if !ok {
+			tb.Fatalf("%s: policy name %#v is not a String", name, it.Value)
+		}
+		pi := policyItem{Name: s, Params: map[string]int64{}}
+		for _, p := range it.Params {
+			switch v := p.Value.(type) {
+			case int64:
+				if v < 0 {
+					tb.Fatalf("%s: %s=%d is negative", name, p.Key, v)
+				}
+				pi.Params[p.Key] = v
+			case string:
+				if p.Key != "qu" {
+					tb.Fatalf("%s: parameter %s is a String", name, p.Key)
+				}
+				pi.Unit = v
+			default:
+				tb.Fatalf("%s: parameter %s=%#v is not an Integer", name, p.Key, p.Value)
+			}
+		}
+		if _, ok := pi.Params[required]; !ok {
+			tb.Fatalf("%s: %q lacks the required parameter %s", name, value, required)
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// fields parses both RateLimit fields of h; nil when absent.
+func fields(tb testing.TB, h http.Header) (policy, state []policyItem) {
+	tb.Helper()
+	if v := h.Values(HeaderRateLimitPolicy); len(v) > 0 {
+		if len(v) > 1 {
+			tb.Fatalf("%d %s lines", len(v), HeaderRateLimitPolicy)
+		}
+		policy = parseField(tb, HeaderRateLimitPolicy, v[0])
+	}
+	if v := h.Values(HeaderRateLimit); len(v) > 0 {
+		state = parseField(tb, HeaderRateLimit, v[0])
+	}
+	if len(policy) != len(state) {
+		tb.Fatalf("%d policies but %d states: %v / %v", len(policy), len(state), policy, state)
+	}
+	for i := range policy {
+		if policy[i].Name != state[i].Name {
+			tb.Fatalf("policy %d is %q in %s but %q in %s", i, policy[i].Name, HeaderRateLimitPolicy, state[i].Name, HeaderRateLimit)
+		}
+	}
+	return policy, state
+}

@@ -1,0 +1,336 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// newHybrid starts a hybrid limiter on the shared Redis, closed when the
+// test ends. The max wait is generous: the first fetch on a cold
+// connection must not be mistaken for a denial.
+func newHybrid(t *testing.T, rdb hybridlimit.Redis) *hlsync.Limiter {
+	t.Helper()
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix(t)), hlsync.WithMaxWait(2*time.Second),
+		hlsync.WithSyncInterval(50*time.Millisecond, 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l
+}
+
+// serve returns a test server running m in front of a handler that answers
+// 200 "ok", closed when the test ends.
+func serve(t *testing.T, m *Middleware) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func get(t *testing.T, c *http.Client, url string, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp.StatusCode, resp.Header, body}
+}
+
+// checkProblem checks a rejection's body and caching headers.
+func checkProblem(t *testing.T, r response, status int, typ string, violated ...string) {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("Cache-Control = %q", cc)
+	}
+	var p struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail"`
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+	if p.Type != typ || p.Status != status || p.Title == "" || len(p.Violated) != len(violated) {
+		t.Errorf("problem = %+v, want type %s, status %d, violated %q", p, typ, status, violated)
+	}
+	for i := range violated {
+		if i < len(p.Violated) && p.Violated[i] != violated[i] {
+			t.Errorf("violated-policies = %q, want %q", p.Violated, violated)
+		}
+	}
+}
+
+func retryAfter(t *testing.T, r response) int64 {
+	t.Helper()
+	v := r.header.Get(HeaderRetryAfter)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		t.Fatalf("Retry-After = %q, want delay-seconds >= 1", v)
+	}
+	return n
+}
+
+// TestMiddlewareRedis runs real HTTP round trips through the middleware
+// with a hybrid per-IP rule and an exact per-API-key rule on a real Redis.
+func TestMiddlewareRedis(t *testing.T) {
+	noLeaks(t)
+	rdb := redistest.Standalone(t)
+	hybrid := newHybrid(t, rdb)
+	exact, err := global.New(rdb, global.GCRA, global.WithPrefix(prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New([]Rule{
+		{Name: "per-ip", Limiter: hybrid, Limit: hybridlimit.PerMinute(5), Key: IP(nil)},
+		{Name: "per-key", Limiter: exact, Limit: hybridlimit.PerMinute(3), Key: APIKey("X-API-Key")},
+	}, WithLegacyHeaders())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	c := srv.Client()
+
+	// Three requests with a key: the per-key rule, with less left, is the
+	// tightest; GCRA's remaining is exact.
+	for i := range 3 {
+		r := get(t, c, srv.URL, "X-API-Key", "k1")
+		if r.status != 200 || string(r.body) != "ok" {
+			t.Fatalf("request %d: %d %q", i, r.status, r.body)
+		}
+		policy, state := fields(t, r.header)
+		if len(policy) != 1 || policy[0].Name != "per-key" || policy[0].Params["q"] != 3 || policy[0].Params["w"] != 60 {
+			t.Errorf("request %d: RateLimit-Policy = %v, want per-key q=3 w=60", i, policy)
+		}
+		if state[0].Params["r"] != int64(2-i) {
+			t.Errorf("request %d: RateLimit = %v, want r=%d", i, state, 2-i)
+		}
+		if r.header.Get(HeaderRetryAfter) != "" {
+			t.Errorf("request %d: Retry-After on an admitted request", i)
+		}
+		if r.header.Get(HeaderLegacyRemaining) != strconv.Itoa(2-i) || r.header.Get(HeaderLegacyLimit) != "3" {
+			t.Errorf("request %d: legacy fields %q %q", i, r.header.Get(HeaderLegacyLimit), r.header.Get(HeaderLegacyRemaining))
+		}
+	}
+	// The fourth is over the per-key quota: 429, one token every 20 s.
+	r := get(t, c, srv.URL, "X-API-Key", "k1")
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("4th request: %d, want 429", r.status)
+	}
+	if ra := retryAfter(t, r); ra < 19 || ra > 20 {
+		t.Errorf("Retry-After = %d, want 20 (one token of 3 a minute)", ra)
+	}
+	checkProblem(t, r, 429, ProblemQuotaExceeded, "per-key")
+	policy, state := fields(t, r.header)
+	if policy[0].Name != "per-key" || state[0].Params["r"] != 0 {
+		t.Errorf("429 fields = %v %v, want per-key r=0", policy, state)
+	}
+
+	// Without a key only the hybrid per-IP rule applies; it has admitted
+	// four of five, and denies the sixth request.
+	r = get(t, c, srv.URL)
+	if r.status != 200 {
+		t.Fatalf("5th per-IP request: %d", r.status)
+	}
+	if _, state := fields(t, r.header); state[0].Name != "per-ip" || state[0].Params["r"] > 1 {
+		t.Errorf("5th per-IP request: RateLimit = %v, want per-ip r<=1", state)
+	}
+	r = get(t, c, srv.URL)
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("6th per-IP request: %d, want 429", r.status)
+	}
+	retryAfter(t, r)
+	checkProblem(t, r, 429, ProblemQuotaExceeded, "per-ip")
+	if _, state := fields(t, r.header); state[0].Name != "per-ip" || state[0].Params["r"] != 0 {
+		t.Errorf("6th per-IP request: RateLimit = %v", state)
+	}
+
+	s := m.Stats()
+	if s.Admitted != 4 || s.Limited != 2 {
+		t.Errorf("Stats: admitted %d limited %d, want 4 and 2", s.Admitted, s.Limited)
+	}
+	if s.Rules[0].Limiter != "hybrid" || s.Rules[1].Limiter != "global" {
+		t.Errorf("limiter kinds %q %q", s.Rules[0].Limiter, s.Rules[1].Limiter)
+	}
+	if got := s.Rules[1].Outcomes; got[OutcomeAllowed] != 3 || got[OutcomeDenied] != 1 || got[OutcomeNoKey] != 2 {
+		t.Errorf("per-key outcomes = %v", got)
+	}
+}
+
+// TestMiddlewareShadowAndExempt: a shadow rule counts and never rejects;
+// exempt requests skip a rule.
+func TestMiddlewareShadowAndExempt(t *testing.T) {
+	noLeaks(t)
+	rdb := redistest.Standalone(t)
+	exact, err := global.New(rdb, global.SlidingWindow, global.WithPrefix(prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := NewLocal(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New([]Rule{
+		{Name: "trial", Limiter: exact, Limit: hybridlimit.PerMinute(1), Key: Static("all"), Shadow: true},
+		{Name: "local", Limiter: loc, Limit: hybridlimit.PerMinute(2), Key: IP(nil), Exempt: PathPrefixes("/healthz")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	c := srv.Client()
+	for i := range 5 {
+		r := get(t, c, srv.URL+"/healthz")
+		if r.status != 200 {
+			t.Fatalf("exempt request %d: %d", i, r.status)
+		}
+		if r.header.Get(HeaderRateLimit) != "" {
+			t.Errorf("exempt request %d reports %q", i, r.header.Get(HeaderRateLimit))
+		}
+	}
+	for i, want := range []int{200, 200, 429} {
+		if r := get(t, c, srv.URL+"/x"); r.status != want {
+			t.Errorf("request %d to /x: %d, want %d", i, r.status, want)
+		}
+	}
+	s := m.Stats().Rules
+	if s[0].Outcomes[OutcomeAllowed] != 1 || s[0].Outcomes[OutcomeShadowDenied] != 7 {
+		t.Errorf("shadow outcomes = %v, want 1 allowed, 7 shadow-denied", s[0].Outcomes)
+	}
+	if s[1].Outcomes[OutcomeExempt] != 5 || s[1].Outcomes[OutcomeAllowed] != 2 || s[1].Outcomes[OutcomeDenied] != 1 {
+		t.Errorf("local outcomes = %v", s[1].Outcomes)
+	}
+}
+
+// TestMiddlewareRedisDown: an exact limiter whose Redis refuses
+// connections returns ErrUnavailable; each rule's failure policy decides,
+// visibly in status, fields and counters.
+func TestMiddlewareRedisDown(t *testing.T) {
+	noLeaks(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	down, err := global.New(rdb, global.GCRA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, _ := NewLocal(tbl)
+	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			m, err := New([]Rule{
+				{Name: "exact", Limiter: down, Limit: limit10, Key: IP(nil), OnError: policy, FailRetry: 2 * time.Second},
+				{Name: "local", Limiter: loc, Limit: hybridlimit.PerMinute(1000), Key: Static(policy.String())},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := serve(t, m)
+			r := get(t, srv.Client(), srv.URL)
+			policyF, _ := fields(t, r.header)
+			if len(policyF) != 1 || policyF[0].Name != "local" {
+				t.Errorf("fields report %v, want only the local rule", policyF)
+			}
+			s := m.Stats()
+			if s.Rules[0].Errors[ErrorUnavailable] != 1 {
+				t.Errorf("unavailable errors = %d, want 1", s.Rules[0].Errors[ErrorUnavailable])
+			}
+			switch policy {
+			case FailOpen:
+				if r.status != 200 || s.Rules[0].Outcomes[OutcomeErrorOpen] != 1 {
+					t.Errorf("fail open: status %d, outcomes %v", r.status, s.Rules[0].Outcomes)
+				}
+			case FailClosed:
+				if r.status != 503 || s.Rules[0].Outcomes[OutcomeErrorClosed] != 1 || s.Unavailable != 1 {
+					t.Errorf("fail closed: status %d, outcomes %v, unavailable %d", r.status, s.Rules[0].Outcomes, s.Unavailable)
+				}
+				if ra := retryAfter(t, r); ra != 2 {
+					t.Errorf("Retry-After = %d, want 2", ra)
+				}
+				checkProblem(t, r, 503, ProblemTemporaryReducedCapacity)
+			}
+		})
+	}
+}
+
+// TestMiddlewareHybridClosed: a closed hybrid limiter returns
+// sync.ErrClosed, which a FailClosed rule turns into a 503, counted by class.
+func TestMiddlewareHybridClosed(t *testing.T) {
+	noLeaks(t)
+	rdb := redistest.Standalone(t)
+	hybrid, err := hlsync.New(rdb, hlsync.WithPrefix(prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hybrid.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New([]Rule{{Name: "h", Limiter: hybrid, Limit: limit10, Key: IP(nil), OnError: FailClosed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	r := get(t, srv.Client(), srv.URL)
+	if r.status != 503 || m.Stats().Rules[0].Errors[ErrorClosed] != 1 {
+		t.Errorf("closed hybrid limiter: status %d, errors %v", r.status, m.Stats().Rules[0].Errors)
+	}
+}

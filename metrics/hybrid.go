@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// HybridSource is what a hybrid collector reads: *sync.Limiter, or a test
+// double.
+type HybridSource interface {
+	Stats() hlsync.Stats
+}
+
+var _ HybridSource = (*hlsync.Limiter)(nil)
+
+type hybridCollector struct {
+	src HybridSource
+
+	keys, live, breakerOpen, lastRound                         *prometheus.Desc
+	rounds, roundErrors, fetches, messages, scriptCalls, waits *prometheus.Desc
+	decisions, breakerOpens, breakerCloses, overspent, evicted *prometheus.Desc
+}
+
+// NewHybridCollector returns a collector of the hybrid limiter's counters,
+// read from src.Stats() at each scrape. Its metrics, with the default
+// namespace:
+//
+//	hybridlimit_sync_tracked_keys                     gauge
+//	hybridlimit_sync_live_instances                   gauge
+//	hybridlimit_sync_rounds_total                     counter
+//	hybridlimit_sync_round_errors_total               counter
+//	hybridlimit_sync_fetches_total                    counter
+//	hybridlimit_sync_key_messages_total               counter
+//	hybridlimit_sync_script_calls_total               counter
+//	hybridlimit_sync_waits_total                      counter
+//	hybridlimit_sync_decisions_total{outcome,path}    counter
+//	hybridlimit_sync_breaker_open                     gauge (0 or 1)
+//	hybridlimit_sync_breaker_opens_total              counter
+//	hybridlimit_sync_breaker_closes_total             counter
+//	hybridlimit_sync_overspent_tokens_total           counter
+//	hybridlimit_sync_evictions_total                  counter
+//	hybridlimit_sync_last_round_duration_seconds      gauge
+//
+// decisions_total counts only what the limiter counts: denials (path
+// "global" when Redis said the bucket is empty, "local" when this instance
+// ran out of allowance) and failure-policy decisions (path "fallback",
+// "fail_open" or "fail_closed"). Admissions from local allowance are not
+// counted one by one by the limiter, to keep its fast path free of shared
+// writes, so there is no allowed/local series.
+func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector, error) {
+	if src == nil {
+		return nil, fmt.Errorf("metrics: nil hybrid limiter")
+	}
+	c, err := build(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "sync", name), help, labels, c.labels)
+	}
+	return &hybridCollector{
+		src:           src,
+		keys:          d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
+		live:          d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
+		breakerOpen:   d("breaker_open", "1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0."),
+		lastRound:     d("last_round_duration_seconds", "Duration of the last background sync round."),
+		rounds:        d("rounds_total", "Background sync rounds run."),
+		roundErrors:   d("round_errors_total", "Background sync rounds in which at least one script call failed."),
+		fetches:       d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
+		messages:      d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
+		scriptCalls:   d("script_calls_total", "Batched sync script calls sent to Redis."),
+		waits:         d("waits_total", "Decisions that waited for an on-demand fetch."),
+		decisions:     d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
+		breakerOpens:  d("breaker_opens_total", "Times the circuit breaker opened."),
+		breakerCloses: d("breaker_closes_total", "Times the circuit breaker closed again."),
+		overspent:     d("overspent_tokens_total", "Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0."),
+		evicted:       d("evictions_total", "Idle keys dropped from memory."),
+	}, nil
+}
+
+// Describe sends the descriptors of every metric.
+func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
+		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted} {
+		ch <- d
+	}
+}
+
+// Collect reads one Stats snapshot and sends every metric.
+func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Stats()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(c.keys, float64(s.Keys))
+	gauge(c.live, float64(s.LiveInstances))
+	gauge(c.breakerOpen, b2f(s.BreakerOpen))
+	gauge(c.lastRound, s.LastRound.Seconds())
+	counter(c.rounds, s.Rounds)
+	counter(c.roundErrors, s.RoundErrors)
+	counter(c.fetches, s.Fetches)
+	counter(c.messages, s.Messages)
+	counter(c.scriptCalls, s.ScriptCalls)
+	counter(c.waits, s.Waits)
+	counter(c.decisions, s.DeniedRemote, "denied", "global")
+	counter(c.decisions, s.DeniedLocal, "denied", "local")
+	counter(c.decisions, s.FallbackAllowed, "allowed", "fallback")
+	counter(c.decisions, s.FallbackDenied, "denied", "fallback")
+	counter(c.decisions, s.FailOpen, "allowed", "fail_open")
+	counter(c.decisions, s.FailClosed, "denied", "fail_closed")
+	counter(c.breakerOpens, s.BreakerOpens)
+	counter(c.breakerCloses, s.BreakerCloses)
+	counter(c.overspent, s.Overspent)
+	counter(c.evicted, s.Evictions)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

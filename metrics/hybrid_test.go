@@ -1,0 +1,183 @@
+package metrics
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+type fakeHybrid hlsync.Stats
+
+func (f *fakeHybrid) Stats() hlsync.Stats { return hlsync.Stats(*f) }
+
+func TestHybridCollector(t *testing.T) {
+	src := &fakeHybrid{
+		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110,
+		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
+		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, LastRound: 1500 * time.Microsecond,
+	}
+	c, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{"instance_name": "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP hybridlimit_sync_breaker_closes_total Times the circuit breaker closed again.
+# TYPE hybridlimit_sync_breaker_closes_total counter
+hybridlimit_sync_breaker_closes_total{instance_name="a"} 1
+# HELP hybridlimit_sync_breaker_open 1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0.
+# TYPE hybridlimit_sync_breaker_open gauge
+hybridlimit_sync_breaker_open{instance_name="a"} 1
+# HELP hybridlimit_sync_breaker_opens_total Times the circuit breaker opened.
+# TYPE hybridlimit_sync_breaker_opens_total counter
+hybridlimit_sync_breaker_opens_total{instance_name="a"} 2
+# HELP hybridlimit_sync_decisions_total Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.
+# TYPE hybridlimit_sync_decisions_total counter
+hybridlimit_sync_decisions_total{instance_name="a",outcome="allowed",path="fail_open"} 6
+hybridlimit_sync_decisions_total{instance_name="a",outcome="allowed",path="fallback"} 8
+hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fail_closed"} 7
+hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fallback"} 1
+hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="global"} 4
+hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="local"} 5
+# HELP hybridlimit_sync_evictions_total Idle keys dropped from memory.
+# TYPE hybridlimit_sync_evictions_total counter
+hybridlimit_sync_evictions_total{instance_name="a"} 30
+# HELP hybridlimit_sync_fetches_total On-demand rounds run for decisions out of local allowance.
+# TYPE hybridlimit_sync_fetches_total counter
+hybridlimit_sync_fetches_total{instance_name="a"} 7
+# HELP hybridlimit_sync_key_messages_total Per-key messages sent to Redis, over all rounds and fetches.
+# TYPE hybridlimit_sync_key_messages_total counter
+hybridlimit_sync_key_messages_total{instance_name="a"} 250
+# HELP hybridlimit_sync_last_round_duration_seconds Duration of the last background sync round.
+# TYPE hybridlimit_sync_last_round_duration_seconds gauge
+hybridlimit_sync_last_round_duration_seconds{instance_name="a"} 0.0015
+# HELP hybridlimit_sync_live_instances Limiter instances alive in Redis, as last seen; sizes fallback shares.
+# TYPE hybridlimit_sync_live_instances gauge
+hybridlimit_sync_live_instances{instance_name="a"} 3
+# HELP hybridlimit_sync_overspent_tokens_total Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0.
+# TYPE hybridlimit_sync_overspent_tokens_total counter
+hybridlimit_sync_overspent_tokens_total{instance_name="a"} 0
+# HELP hybridlimit_sync_round_errors_total Background sync rounds in which at least one script call failed.
+# TYPE hybridlimit_sync_round_errors_total counter
+hybridlimit_sync_round_errors_total{instance_name="a"} 2
+# HELP hybridlimit_sync_rounds_total Background sync rounds run.
+# TYPE hybridlimit_sync_rounds_total counter
+hybridlimit_sync_rounds_total{instance_name="a"} 100
+# HELP hybridlimit_sync_script_calls_total Batched sync script calls sent to Redis.
+# TYPE hybridlimit_sync_script_calls_total counter
+hybridlimit_sync_script_calls_total{instance_name="a"} 110
+# HELP hybridlimit_sync_tracked_keys Keys the hybrid limiter tracks in memory.
+# TYPE hybridlimit_sync_tracked_keys gauge
+hybridlimit_sync_tracked_keys{instance_name="a"} 12
+# HELP hybridlimit_sync_waits_total Decisions that waited for an on-demand fetch.
+# TYPE hybridlimit_sync_waits_total counter
+hybridlimit_sync_waits_total{instance_name="a"} 9
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+	// Counters move with the source.
+	src.Rounds = 101
+	if got := testutil.ToFloat64(onlyMetric(c, "hybridlimit_sync_rounds_total")); got != 101 {
+		t.Errorf("rounds after one more = %v, want 101", got)
+	}
+}
+
+func TestCollectorOptions(t *testing.T) {
+	if _, err := NewHybridCollector(nil); err == nil {
+		t.Error("NewHybridCollector(nil) succeeded")
+	}
+	if _, err := NewHybridCollector(&fakeHybrid{}, nil); err == nil {
+		t.Error("NewHybridCollector with a nil option succeeded")
+	}
+	c, err := NewHybridCollector(&fakeHybrid{Keys: 4}, WithNamespace("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "api_sync_tracked_keys"); n != 1 {
+		t.Errorf("api_sync_tracked_keys series = %d, want 1", n)
+	}
+	// Two collectors in one registry, told apart by a constant label.
+	reg := prometheus.NewPedanticRegistry()
+	for _, name := range []string{"a", "b"} {
+		c, err := NewHybridCollector(&fakeHybrid{}, WithConstLabels(prometheus.Labels{"limiter": name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestHybridCollectorRedis reads a real hybrid limiter on a real Redis.
+func TestHybridCollectorRedis(t *testing.T) {
+	noLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	if len(p) > 64 {
+		p = "t:" + p[len(p)-62:]
+	}
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second), hlsync.WithSyncInterval(20*time.Millisecond, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := NewHybridCollector(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	limit := hybridlimit.PerMinute(3)
+	for i := range 5 {
+		r, err := l.Allow(context.Background(), "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed != (i < 3) {
+			t.Fatalf("Allow #%d = %+v", i, r)
+		}
+	}
+	// A limit this low is fetched per request (the low-limit rule): each
+	// admission is an on-demand fetch, the denials are counted by path.
+	if n := testutil.ToFloat64(onlyMetric(c, "hybridlimit_sync_tracked_keys")); n != 1 {
+		t.Errorf("tracked keys = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(onlyMetric(c, "hybridlimit_sync_fetches_total")); n < 1 {
+		t.Errorf("fetches = %v, want at least 1", n)
+	}
+	if n := testutil.ToFloat64(onlyMetric(c, "hybridlimit_sync_live_instances")); n != 1 {
+		t.Errorf("live instances = %v, want 1", n)
+	}
+	denied := 0.0
+	for _, path := range []string{"global", "local"} {
+		denied += testutil.ToFloat64(labelled(c, "hybridlimit_sync_decisions_total", "denied", path))
+	}
+	if denied != 2 {
+		t.Errorf("denials = %v, want 2", denied)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,110 @@
+package metrics
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestMiddlewareCollector drives a middleware with an exact limiter on a
+// real Redis and a local one, through real HTTP round trips, and compares
+// every series.
+func TestMiddlewareCollector(t *testing.T) {
+	noLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	if len(p) > 64 {
+		p = "t:" + p[len(p)-62:]
+	}
+	exact, err := global.New(rdb, global.FixedWindow, global.WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := httplimit.NewLocal(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httplimit.New([]httplimit.Rule{
+		{Name: "per-key", Limiter: exact, Limit: hybridlimit.PerHour(2), Key: httplimit.APIKey("X-API-Key")},
+		{Name: "trial", Limiter: loc, Limit: hybridlimit.PerHour(1), Key: httplimit.Static("all"), Shadow: true, Exempt: httplimit.Methods("HEAD")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	for _, req := range []struct{ method, key string }{
+		{"GET", "k"}, {"GET", "k"}, {"GET", "k"}, {"GET", ""}, {"HEAD", "k"},
+	} {
+		r, _ := http.NewRequest(req.method, srv.URL, nil)
+		if req.key != "" {
+			r.Header.Set("X-API-Key", req.key)
+		}
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	c, err := NewMiddlewareCollector(m, WithConstLabels(prometheus.Labels{"limiter_name": "edge"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three keyed GETs: two allowed, one denied by per-key; the keyless
+	// GET has no per-key key; the HEAD is admitted and its per-key
+	// decision denied. The shadow rule admits the first request, would
+	// deny the next three, and exempts the HEAD.
+	series := func(rule, limiter, mode string, counts map[string]int) string {
+		var b strings.Builder
+		for o := range httplimit.NumOutcomes {
+			b.WriteString(`hybridlimit_http_rule_decisions_total{limiter="` + limiter + `",limiter_name="edge",mode="` + mode +
+				`",outcome="` + o.String() + `",rule="` + rule + `"} ` + strconv.Itoa(counts[o.String()]) + "\n")
+		}
+		return b.String()
+	}
+	errs := func(rule, limiter string) string {
+		var b strings.Builder
+		for e := range httplimit.NumErrorClasses {
+			b.WriteString(`hybridlimit_http_limiter_errors_total{class="` + e.String() + `",limiter="` + limiter +
+				`",limiter_name="edge",rule="` + rule + `"} 0` + "\n")
+		}
+		return b.String()
+	}
+	want := `
+# HELP hybridlimit_http_limiter_errors_total Errors returned by a rule's limiter instead of a decision, by class.
+# TYPE hybridlimit_http_limiter_errors_total counter
+` + errs("per-key", "global") + errs("trial", "local") + `# HELP hybridlimit_http_requests_total Requests the rate-limit middleware saw, by what it did with them.
+# TYPE hybridlimit_http_requests_total counter
+hybridlimit_http_requests_total{limiter_name="edge",result="admitted"} 3
+hybridlimit_http_requests_total{limiter_name="edge",result="canceled"} 0
+hybridlimit_http_requests_total{limiter_name="edge",result="limited"} 2
+hybridlimit_http_requests_total{limiter_name="edge",result="unavailable"} 0
+# HELP hybridlimit_http_rule_decisions_total Rate-limit rule outcomes per request.
+# TYPE hybridlimit_http_rule_decisions_total counter
+` + series("per-key", "global", "enforce", map[string]int{"allowed": 2, "denied": 2, "no_key": 1}) +
+		series("trial", "local", "shadow", map[string]int{"allowed": 1, "shadow_denied": 3, "exempt": 1})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+	if _, err := NewMiddlewareCollector(nil); err == nil {
+		t.Error("NewMiddlewareCollector(nil) succeeded")
+	}
+}

@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestStallVisible stalls Redis (SIGSTOP) under a hybrid limiter with the
+// FailClosed policy behind the middleware: requests are answered 429, never
+// 503 and never held, and the metrics show why: the breaker is open and the
+// denials come from the failure policy.
+func TestStallVisible(t *testing.T) {
+	noLeaks(t)
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const interval = 50 * time.Millisecond
+	l, err := hlsync.New(rdb, hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithSyncInterval(interval, 0),
+		hlsync.WithMaxWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := httplimit.New([]httplimit.Rule{{Name: "per-ip", Limiter: l, Limit: hybridlimit.PerMinute(100), Key: httplimit.IP(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	t.Cleanup(hs.Close)
+	hc, err := NewHybridCollector(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() int {
+		t.Helper()
+		start := time.Now()
+		resp, err := hs.Client().Get(hs.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("request took %v during a stall", d)
+		}
+		return resp.StatusCode
+	}
+	for start := time.Now(); status() != 200; { // warm up the connection and the script cache
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no admission before the stall")
+		}
+	}
+
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(onlyMetric(hc, "hybridlimit_sync_breaker_open")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker still closed 5s into the stall")
+		}
+		if s := status(); s == 503 {
+			t.Fatal("503 for a limiter decision")
+		}
+	}
+	// Allowance fetched before the stall is still spent (Redis granted
+	// it); past it, the policy denies.
+	got429 := false
+	for range 200 {
+		switch s := status(); s {
+		case 429:
+			got429 = true
+		case 503:
+			t.Fatal("503 for a limiter decision")
+		}
+		if got429 {
+			break
+		}
+	}
+	if !got429 {
+		t.Fatal("no 429 under a FailClosed stall")
+	}
+	if n := testutil.ToFloat64(labelled(hc, "hybridlimit_sync_decisions_total", "denied", "fail_closed")); n < 1 {
+		t.Errorf("fail_closed denials = %v, want at least 1", n)
+	}
+	if n := testutil.ToFloat64(onlyMetric(hc, "hybridlimit_sync_breaker_opens_total")); n != 1 {
+		t.Errorf("breaker opens = %v, want 1", n)
+	}
+	mc, err := NewMiddlewareCollector(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(labelled(mc, "hybridlimit_http_requests_total", "limited")); n < 1 {
+		t.Errorf("limited requests = %v, want at least 1", n)
+	}
+}
