@@ -81,8 +81,13 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	limit := *e.limit.Load()
 	consumed := e.consumed()
-	if dt := now.Sub(e.lastAt); dt >= l.cfg.interval/2 {
-		rate := float64(consumed-e.lastUsed) / dt.Seconds()
+	dt := now.Sub(e.lastAt)
+	rate := 0.0
+	if dt > 0 {
+		rate = float64(consumed-e.lastUsed) / dt.Seconds()
+	}
+	switch {
+	case dt >= l.cfg.interval/2:
 		e.demand = max(rate, (e.demand+rate)/2) // rise at once, decay by halves
 		if consumed == e.lastUsed {
 			e.idle++
@@ -90,6 +95,10 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 			e.idle = 0
 		}
 		e.lastUsed, e.lastAt = consumed, now
+	case dt >= time.Millisecond && rate > e.demand:
+		// A key fetching again before half an interval is out: let its
+		// lease grow now rather than after a string of small fetches.
+		e.demand = rate
 	}
 	m := message{limit: limit, base: e.acked}
 	if l.cfg.mode == Optimistic {
