@@ -22,6 +22,7 @@ type hybridCollector struct {
 	keys, live, breakerOpen, lastRound                         *prometheus.Desc
 	rounds, roundErrors, fetches, messages, scriptCalls, waits *prometheus.Desc
 	decisions, breakerOpens, breakerCloses, overspent, evicted *prometheus.Desc
+	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
 }
 
 // NewHybridCollector returns a collector of the hybrid limiter's counters,
@@ -43,13 +44,18 @@ type hybridCollector struct {
 //	hybridlimit_sync_overspent_tokens_total           counter
 //	hybridlimit_sync_evictions_total                  counter
 //	hybridlimit_sync_last_round_duration_seconds      gauge
+//	hybridlimit_sync_admitted_cost_total              counter
+//	hybridlimit_sync_outstanding_allowance            gauge
+//	hybridlimit_sync_view_staleness_seconds           gauge
+//	hybridlimit_sync_breaker_open_seconds_total       counter
 //
 // decisions_total counts only what the limiter counts: denials (path
 // "global" when Redis said the bucket is empty, "local" when this instance
 // ran out of allowance) and failure-policy decisions (path "fallback",
 // "fail_open" or "fail_closed"). Admissions from local allowance are not
 // counted one by one by the limiter, to keep its fast path free of shared
-// writes, so there is no allowed/local series.
+// writes; admitted_cost_total sums them (in cost units) from the keys at
+// each scrape instead.
 func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector, error) {
 	if src == nil {
 		return nil, fmt.Errorf("metrics: nil hybrid limiter")
@@ -62,29 +68,34 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "sync", name), help, labels, c.labels)
 	}
 	return &hybridCollector{
-		src:           src,
-		keys:          d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
-		live:          d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
-		breakerOpen:   d("breaker_open", "1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0."),
-		lastRound:     d("last_round_duration_seconds", "Duration of the last background sync round."),
-		rounds:        d("rounds_total", "Background sync rounds run."),
-		roundErrors:   d("round_errors_total", "Background sync rounds in which at least one script call failed."),
-		fetches:       d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
-		messages:      d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
-		scriptCalls:   d("script_calls_total", "Batched sync script calls sent to Redis."),
-		waits:         d("waits_total", "Decisions that waited for an on-demand fetch."),
-		decisions:     d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
-		breakerOpens:  d("breaker_opens_total", "Times the circuit breaker opened."),
-		breakerCloses: d("breaker_closes_total", "Times the circuit breaker closed again."),
-		overspent:     d("overspent_tokens_total", "Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0."),
-		evicted:       d("evictions_total", "Idle keys dropped from memory."),
+		src:             src,
+		keys:            d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
+		live:            d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
+		breakerOpen:     d("breaker_open", "1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0."),
+		lastRound:       d("last_round_duration_seconds", "Duration of the last background sync round."),
+		rounds:          d("rounds_total", "Background sync rounds run."),
+		roundErrors:     d("round_errors_total", "Background sync rounds in which at least one script call failed."),
+		fetches:         d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
+		messages:        d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
+		scriptCalls:     d("script_calls_total", "Batched sync script calls sent to Redis."),
+		waits:           d("waits_total", "Decisions that waited for an on-demand fetch."),
+		decisions:       d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
+		breakerOpens:    d("breaker_opens_total", "Times the circuit breaker opened."),
+		breakerCloses:   d("breaker_closes_total", "Times the circuit breaker closed again."),
+		overspent:       d("overspent_tokens_total", "Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0."),
+		evicted:         d("evictions_total", "Idle keys dropped from memory."),
+		admitted:        d("admitted_cost_total", "Cost admitted from local allowance, all keys."),
+		outstanding:     d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
+		staleness:       d("view_staleness_seconds", "Time since Redis last answered a sync round: the age of this instance's view of the global buckets."),
+		breakerOpenTime: d("breaker_open_seconds_total", "Time the circuit breaker has been open, the failure policy deciding."),
 	}, nil
 }
 
 // Describe sends the descriptors of every metric.
 func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
-		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted} {
+		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted,
+		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime} {
 		ch <- d
 	}
 }
@@ -118,6 +129,10 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.breakerCloses, s.BreakerCloses)
 	counter(c.overspent, s.Overspent)
 	counter(c.evicted, s.Evictions)
+	counter(c.admitted, s.Admitted)
+	gauge(c.outstanding, float64(s.Outstanding))
+	gauge(c.staleness, s.SinceSync.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())
 }
 
 func b2f(b bool) float64 {

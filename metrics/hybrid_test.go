@@ -23,18 +23,25 @@ func TestHybridCollector(t *testing.T) {
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, LastRound: 1500 * time.Microsecond,
+		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
 	}
 	c, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{"instance_name": "a"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `
+# HELP hybridlimit_sync_admitted_cost_total Cost admitted from local allowance, all keys.
+# TYPE hybridlimit_sync_admitted_cost_total counter
+hybridlimit_sync_admitted_cost_total{instance_name="a"} 9000
 # HELP hybridlimit_sync_breaker_closes_total Times the circuit breaker closed again.
 # TYPE hybridlimit_sync_breaker_closes_total counter
 hybridlimit_sync_breaker_closes_total{instance_name="a"} 1
 # HELP hybridlimit_sync_breaker_open 1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0.
 # TYPE hybridlimit_sync_breaker_open gauge
 hybridlimit_sync_breaker_open{instance_name="a"} 1
+# HELP hybridlimit_sync_breaker_open_seconds_total Time the circuit breaker has been open, the failure policy deciding.
+# TYPE hybridlimit_sync_breaker_open_seconds_total counter
+hybridlimit_sync_breaker_open_seconds_total{instance_name="a"} 3
 # HELP hybridlimit_sync_breaker_opens_total Times the circuit breaker opened.
 # TYPE hybridlimit_sync_breaker_opens_total counter
 hybridlimit_sync_breaker_opens_total{instance_name="a"} 2
@@ -61,6 +68,9 @@ hybridlimit_sync_last_round_duration_seconds{instance_name="a"} 0.0015
 # HELP hybridlimit_sync_live_instances Limiter instances alive in Redis, as last seen; sizes fallback shares.
 # TYPE hybridlimit_sync_live_instances gauge
 hybridlimit_sync_live_instances{instance_name="a"} 3
+# HELP hybridlimit_sync_outstanding_allowance Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic).
+# TYPE hybridlimit_sync_outstanding_allowance gauge
+hybridlimit_sync_outstanding_allowance{instance_name="a"} 42
 # HELP hybridlimit_sync_overspent_tokens_total Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0.
 # TYPE hybridlimit_sync_overspent_tokens_total counter
 hybridlimit_sync_overspent_tokens_total{instance_name="a"} 0
@@ -76,6 +86,9 @@ hybridlimit_sync_script_calls_total{instance_name="a"} 110
 # HELP hybridlimit_sync_tracked_keys Keys the hybrid limiter tracks in memory.
 # TYPE hybridlimit_sync_tracked_keys gauge
 hybridlimit_sync_tracked_keys{instance_name="a"} 12
+# HELP hybridlimit_sync_view_staleness_seconds Time since Redis last answered a sync round: the age of this instance's view of the global buckets.
+# TYPE hybridlimit_sync_view_staleness_seconds gauge
+hybridlimit_sync_view_staleness_seconds{instance_name="a"} 0.25
 # HELP hybridlimit_sync_waits_total Decisions that waited for an on-demand fetch.
 # TYPE hybridlimit_sync_waits_total counter
 hybridlimit_sync_waits_total{instance_name="a"} 9

@@ -174,6 +174,13 @@ func TestReserveNeverExceedsBudget(t *testing.T) {
 				if total < burst {
 					t.Errorf("admitted %d, want all %d under saturating demand", total, burst)
 				}
+				var counted uint64
+				for _, l := range ls {
+					counted += l.Stats().Admitted
+				}
+				if counted != uint64(total) {
+					t.Errorf("Stats().Admitted adds up to %d, the decisions admitted to %d", counted, total)
+				}
 				for _, l := range ls {
 					if s := l.Stats(); s.Overspent != 0 || s.FallbackAllowed != 0 || s.FailOpen != 0 {
 						t.Errorf("%s: Overspent = %d, FallbackAllowed = %d, FailOpen = %d, want 0", l.InstanceID(), s.Overspent, s.FallbackAllowed, s.FailOpen)

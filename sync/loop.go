@@ -165,6 +165,7 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 			l.table.delete(e)
 			l.tracked.Add(-1)
 			l.stats.evictions.Add(1)
+			l.stats.evictedAdmitted.Add(uint64(e.issued)) // nothing held: all issued was admitted
 		}
 	}
 	return due
@@ -271,6 +272,8 @@ type breaker struct {
 	mu        stdsync.Mutex
 	failures  int
 	firstFail time.Time
+	openedAt  time.Time     // when the current open stretch began
+	openTotal time.Duration // earlier open stretches
 	after     time.Duration
 	opens     atomic.Uint64
 	closes    atomic.Uint64
@@ -281,6 +284,17 @@ func (b *breaker) init(log *slog.Logger, after time.Duration) { b.log, b.after =
 
 func (b *breaker) isOpen() bool { return b.open.Load() }
 
+// openFor returns the time the breaker has been open in all, until now.
+func (b *breaker) openFor(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := b.openTotal
+	if b.open.Load() {
+		d += now.Sub(b.openedAt)
+	}
+	return d
+}
+
 // record counts the outcome of a call to Redis made at now.
 func (b *breaker) record(now time.Time, err error) {
 	b.mu.Lock()
@@ -288,6 +302,7 @@ func (b *breaker) record(now time.Time, err error) {
 	if err == nil {
 		b.failures = 0
 		if b.open.Swap(false) {
+			b.openTotal += now.Sub(b.openedAt)
 			b.closes.Add(1)
 			b.log.Info("sync: Redis reachable again; breaker closed")
 		}
@@ -298,6 +313,7 @@ func (b *breaker) record(now time.Time, err error) {
 	}
 	b.failures++
 	if b.failures >= 2 && now.Sub(b.firstFail) >= b.after && !b.open.Swap(true) {
+		b.openedAt = now
 		b.opens.Add(1)
 		b.log.Warn("sync: Redis failing; breaker open, failure policy deciding", "err", err)
 	}

@@ -310,6 +310,12 @@ func decodeInto(reply any, msgs []*message) error {
 func (r *round) apply(now time.Time) {
 	l := r.l
 	for i := range r.msgs {
+		if r.msgs[i].ok {
+			l.stats.lastSuccess.Store(l.nanos(now) + 1) // 0 means never
+			break
+		}
+	}
+	for i := range r.msgs {
 		m := &r.msgs[i]
 		e := m.e
 		e.mu.Lock()

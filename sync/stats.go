@@ -12,11 +12,14 @@ type counters struct {
 	failOpen, failClosed, fallbackAllowed, fallbackDenied      atomic.Uint64
 	overspent, evictions                                       atomic.Uint64
 	lastRound                                                  atomic.Int64
+	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
+	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
 }
 
 // Stats is a snapshot of a Limiter's counters, for metrics. Decisions made
 // from local allowance are not counted one by one (that would put a shared
-// counter on the request path); Admitted sums them from the entries.
+// counter on the request path); Admitted sums them from the entries, so
+// Stats costs a pass over the tracked keys.
 type Stats struct {
 	Keys          int64  // keys tracked in memory
 	LiveInstances int64  // instances alive in Redis, as last seen
@@ -37,12 +40,41 @@ type Stats struct {
 	Overspent uint64
 	Evictions uint64        // idle keys dropped from memory
 	LastRound time.Duration // how long the last background round took
+	// Admitted is the cost admitted from allowance, all keys, since New.
+	Admitted uint64
+	// Outstanding is the allowance held unspent now, all keys: tokens
+	// Redis counts as this instance's (Reserve) or that it may still
+	// admit before reporting (Optimistic).
+	Outstanding int64
+	// SinceSync is how old this instance's view of the global buckets
+	// is: the time since Redis last answered a round (0 before the first).
+	SinceSync time.Duration
+	// BreakerOpenFor is the total time the breaker has been open, the
+	// current stretch included: the time the failure policy was deciding.
+	BreakerOpenFor time.Duration
 }
 
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
+	admitted, outstanding := c.evictedAdmitted.Load(), int64(0)
+	l.table.each(func(e *entry) {
+		e.mu.Lock()
+		held, consumed := e.snapshot()
+		e.mu.Unlock()
+		admitted += uint64(consumed)
+		outstanding += held
+	})
+	now := l.cfg.clock.Now()
+	var since time.Duration
+	if last := c.lastSuccess.Load(); last != 0 {
+		since = time.Duration(l.nanos(now) - (last - 1))
+	}
 	return Stats{
+		Admitted:        admitted,
+		Outstanding:     outstanding,
+		SinceSync:       since,
+		BreakerOpenFor:  l.breaker.openFor(now),
 		Keys:            l.tracked.Load(),
 		LiveInstances:   l.live.Load(),
 		Rounds:          c.rounds.Load(),
