@@ -121,6 +121,7 @@ func (l *Limiter) newEntry(key string, limit hybridlimit.Limit, now time.Time) *
 		allowKey:  allow,
 		epoch:     l.seq.Add(1),
 		lastAt:    now,
+		usedAt:    now,
 	}
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)
@@ -175,6 +176,17 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 		l.breaker.record(l.cfg.clock.Now(), err)
 		return nil, err
 	})
+	if _, real := l.cfg.clock.(systemClock); !real {
+		// An injected clock (a simulation) does not move while we wait: a
+		// wall-clock deadline would cut rounds short at random. Wait for
+		// the round, bounded by ctx and the round timeout.
+		select {
+		case res := <-ch:
+			return res.Err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	timer := time.NewTimer(deadline.Sub(l.cfg.clock.Now()))
 	defer timer.Stop()
 	select {

@@ -55,8 +55,8 @@ type entry struct {
 	lastAt   time.Time     // time of the previous round
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
-	idle     int           // rounds in a row without consumption
-	// The size, 320 bytes, is a multiple of 64: TestEntryLayout keeps it so.
+	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
+	_        [48]byte      // rounds the size up to 384 bytes, a multiple of 64 (TestEntryLayout)
 }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that

@@ -152,14 +152,14 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 			// it, with half a life of margin for a late sweep.
 			e.take(e.avail.Load())
 		}
-		if l.idle(e) {
+		if l.idle(now, e) {
 			idle = append(idle, e)
 		}
 		e.mu.Unlock()
 	})
 	for _, e := range idle {
 		e.mu.Lock()
-		gone := l.idle(e) && e.evict()
+		gone := l.idle(now, e) && e.evict()
 		e.mu.Unlock()
 		if gone {
 			l.table.delete(e)
@@ -174,8 +174,8 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 // idle reports whether e can be evicted without losing anything: no
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
-func (l *Limiter) idle(e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || e.idle < 2*idleRounds || !e.synced.Load() {
+func (l *Limiter) idle(now time.Time, e *entry) bool {
+	if e.inflight || e.unacked || e.flagged || !e.synced.Load() || now.Sub(e.usedAt) < 2*l.idleHold() {
 		return false
 	}
 	if l.cfg.mode == Optimistic {

@@ -89,10 +89,8 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	switch {
 	case dt >= l.cfg.interval/2:
 		e.demand = max(rate, (e.demand+rate)/2) // rise at once, decay by halves
-		if consumed == e.lastUsed {
-			e.idle++
-		} else {
-			e.idle = 0
+		if consumed != e.lastUsed || e.usedAt.IsZero() {
+			e.usedAt = now
 		}
 		e.lastUsed, e.lastAt = consumed, now
 	case dt >= time.Millisecond && rate > e.demand:
@@ -117,7 +115,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
-	if !final && e.idle < idleRounds && !l.lowLimit(limit) {
+	if !final && now.Sub(e.usedAt) < l.idleHold() && !l.lowLimit(limit) {
 		lease := int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
 		want += max(lease, l.minLease(limit))
 	}
@@ -142,10 +140,20 @@ const (
 	// maxMinLease is the most a key holds for the mere fact of being in
 	// use, whatever its measured demand.
 	maxMinLease = 8
-	// idleRounds is how many rounds without consumption make a key hand
-	// back its allowance; twice as many evict it from memory.
-	idleRounds = 4
+	// idleHoldIntervals and minIdleHold set how long a key without
+	// consumption keeps its lease before handing it back (see idleHold).
+	idleHoldIntervals = 40
+	minIdleHold       = 10 * time.Second
 )
+
+// idleHold is how long a key keeps its minimum lease without consumption:
+// 40 sync intervals, at least 10 seconds, so a quiet key pays one fetch per
+// burst of use rather than one per request; twice as long evicts it from
+// memory. The minimum leases of all instances hold at most a quarter of a
+// key's burst, which bounds what idle instances keep from busy ones.
+func (l *Limiter) idleHold() time.Duration {
+	return max(idleHoldIntervals*l.cfg.interval, minIdleHold)
+}
 
 // minLease returns what a key in use holds at least: maxMinLease tokens,
 // or a quarter of this instance's share of the burst if that is less, so
@@ -360,12 +368,20 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	}
 	e.remaining.Store(remaining)
 	e.resetAfter.Store(int64(time.Duration(resetUS) * time.Microsecond))
+	e.nextSync = now.Add(l.nextInterval(e, m.limit))
 	if retryUS > 0 {
-		e.denyUntil.Store(l.nanos(now) + int64(time.Duration(retryUS)*time.Microsecond))
+		// The bucket is empty. Deny locally until a token is due, or, for
+		// a limit that is leased out, until the key's next round asks for
+		// what refilled meanwhile: every instance polling an empty bucket
+		// would cost a fetch per token.
+		until := now.Add(time.Duration(retryUS) * time.Microsecond)
+		if !l.lowLimit(m.limit) && e.nextSync.After(until) {
+			until = e.nextSync
+		}
+		e.denyUntil.Store(l.nanos(until))
 	} else {
 		e.denyUntil.Store(0)
 	}
-	e.nextSync = now.Add(l.nextInterval(e, m.limit))
 }
 
 // nextInterval returns the time until e's next sync: the sync interval,

@@ -1,0 +1,310 @@
+// Command sim measures the overshoot of this module's rate limiters
+// against their throughput and Redis cost, under hotspot load. It is a thin
+// front end to package sim.
+//
+// With no flags it runs the hotspot scenario in virtual time on an
+// embedded Redis, every strategy, at sync intervals 50ms to 1s, and prints
+// a table:
+//
+//	go run ./cmd/sim
+//	go run ./cmd/sim -scenario flash -strategies reserve,optimistic -sync 200ms -json
+//	go run ./cmd/sim -live -redis 127.0.0.1:6379 -duration 5s
+//
+// Run it with -h for every flag. A bad flag exits with status 2, a failed
+// run with 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/sim"
+)
+
+func main() {
+	// An embedded Lua call allocates ~200KB of interpreter state; a larger
+	// GC target than the default halves a virtual run's CPU time.
+	debug.SetGCPercent(400)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options are the parsed flags.
+type options struct {
+	cfg      sim.Config
+	live     bool
+	target   sim.LiveTarget
+	json     bool
+	csv, svg string
+	progress bool
+	diag     bool
+}
+
+// usageError is a bad flag or argument: exit status 2. The flag package
+// prints its own errors (printed) with the usage.
+type usageError struct {
+	msg     string
+	printed bool
+}
+
+func (e usageError) Error() string { return e.msg }
+
+func bad(format string, args ...any) error { return usageError{msg: fmt.Sprintf(format, args...)} }
+
+// parse turns the arguments into options, or a usageError.
+func parse(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		scenario   = fs.String("scenario", string(sim.Hotspot), "workload: hotspot, uniform, flash, skewed-lb")
+		strategies = fs.String("strategies", "all", "comma list of exact, local, optimistic, reserve; or all")
+		syncs      = fs.String("sync", "50ms,100ms,200ms,500ms,1s", "comma list of sync intervals for optimistic and reserve")
+		instances  = fs.Int("instances", 0, "limiter instances (default 8)")
+		keys       = fs.Int("keys", 0, "keys (default 2000; uniform 100, flash 200)")
+		duration   = fs.Duration("duration", 0, "virtual time simulated, or live run length (default 30s virtual, 10s live)")
+		seed       = fs.Uint64("seed", 1, "seed of the arrival stream")
+		rtt        = fs.Duration("rtt", sim.DefaultRTT, "network round trip modelled in virtual mode")
+		rate       = fs.Float64("rate", 0, "mean requests per second, all keys (default 6000; uniform 12000, flash 4000)")
+		limit      = fs.Int64("limit", 100, "every key's limit, per second")
+		burst      = fs.Int64("burst", 0, "every key's burst (default: the limit)")
+		zipf       = fs.Float64("zipf", 1.1, "Zipf exponent of hotspot and skewed-lb keys, above 1")
+		flash      = fs.Float64("flash", 50, "flash: factor by which key 0's demand steps up at half time")
+		skew       = fs.Float64("skew", 0.5, "skewed-lb: share of a key's requests sent to its home instance")
+		live       = fs.Bool("live", false, "run in real time against -redis or -cluster")
+		redisAddr  = fs.String("redis", "", "live: a Redis server, host:port")
+		cluster    = fs.String("cluster", "", "live: comma list of Redis Cluster nodes")
+		workers    = fs.Int("workers", 0, "live: goroutines per instance (default 2 x GOMAXPROCS)")
+		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
+		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
+		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
+		verbose    = fs.Bool("v", false, "report progress on stderr (the default when stderr is a terminal)")
+		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sim [flags]\n\nSimulates the rate limiters on a workload and prints overshoot, undershoot and Redis cost per strategy and sync interval.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{msg: err.Error(), printed: true}
+	}
+	if fs.NArg() > 0 {
+		return nil, bad("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	w := sim.Workload(*scenario)
+	if !slices.Contains(sim.Workloads(), w) {
+		return nil, bad("-scenario: unknown scenario %q (want hotspot, uniform, flash or skewed-lb)", w)
+	}
+	sc := sim.DefaultScenario(w)
+	sc.Seed = *seed
+	if set["instances"] {
+		sc.Instances = *instances
+	}
+	if set["keys"] {
+		sc.Keys = *keys
+	}
+	if set["rate"] {
+		sc.Rate = *rate
+	}
+	switch {
+	case set["duration"]:
+		sc.Duration = *duration
+	case *live:
+		sc.Duration = 10 * time.Second
+	}
+	b := *limit
+	if set["burst"] {
+		b = *burst
+	}
+	sc.Limit = hybridlimit.PerSecond(*limit).WithBurst(b)
+	sc.ZipfS, sc.Flash, sc.Skew = *zipf, *flash, *skew
+	if err := sc.Validate(); err != nil {
+		return nil, bad("%s", strings.TrimPrefix(err.Error(), "sim: "))
+	}
+	strats, err := sim.ParseStrategies(*strategies)
+	if err != nil {
+		return nil, bad("-strategies: %s", strings.TrimPrefix(err.Error(), "sim: "))
+	}
+	intervals, err := sim.ParseIntervals(*syncs)
+	if err != nil {
+		return nil, bad("-sync: %s", strings.TrimPrefix(err.Error(), "sim: "))
+	}
+	if *rtt < 0 || *rtt > 10*time.Second {
+		return nil, bad("-rtt %v is outside [0, 10s]", *rtt)
+	}
+	o := &options{
+		cfg:      sim.Config{Scenario: sc, Strategies: strats, Intervals: intervals, RTT: *rtt},
+		live:     *live,
+		json:     *jsonOut,
+		csv:      *csvFile,
+		svg:      *svgFile,
+		progress: *verbose || isTerminal(stderr),
+		diag:     *diag,
+	}
+	switch {
+	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"]):
+		return nil, bad("-redis, -cluster and -workers need -live")
+	case *live && *redisAddr == "" && *cluster == "":
+		return nil, bad("-live needs -redis host:port or -cluster a,b,c")
+	case *redisAddr != "" && *cluster != "":
+		return nil, bad("give -redis or -cluster, not both")
+	case *live && set["rtt"]:
+		return nil, bad("-rtt is for virtual mode; live mode has the real one")
+	case *workers < 0:
+		return nil, bad("-workers %d is negative", *workers)
+	}
+	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers}
+	if *cluster != "" {
+		for _, a := range strings.Split(*cluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.target.Cluster = append(o.target.Cluster, a)
+			}
+		}
+	}
+	return o, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// run runs the command with args and returns its exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		if !ue.printed {
+			fmt.Fprintf(stderr, "sim: %s\nRun sim -h for the flags.\n", ue.msg)
+		}
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sim: %v\n", err)
+		return 2
+	}
+	start := time.Now()
+	if o.progress {
+		o.cfg.Progress = func(done, total int, r sim.Result) {
+			fmt.Fprintf(stderr, "sim: %d/%d %-18s %8.2fs  overshoot %s  cmds/decision %.4f\n",
+				done, total, r.Label(), r.Elapsed.Seconds(), pctStr(r.OvershootRatio), r.RedisCmdsPerDecision)
+		}
+		mode := "virtual"
+		if o.live {
+			mode = "live"
+		}
+		fmt.Fprintf(stderr, "sim: %s, %s mode, %d instances, %d keys, %v, seed %d\n",
+			o.cfg.Scenario.Workload, mode, o.cfg.Scenario.Instances, o.cfg.Scenario.Keys, o.cfg.Scenario.Duration, o.cfg.Scenario.Seed)
+	}
+	o.cfg.Detail = o.diag && !o.live
+	var rep *sim.Report
+	if o.live {
+		rep, err = sim.RunLive(ctx, o.cfg, o.target)
+	} else {
+		rep, err = sim.RunVirtual(ctx, o.cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sim: %v\n", err)
+		return 1
+	}
+	if o.progress {
+		fmt.Fprintf(stderr, "sim: %d runs in %.1fs\n", len(rep.Results), time.Since(start).Seconds())
+	}
+	if o.diag {
+		writeDiag(stderr, rep, o.cfg.Scenario.Limit, o.cfg.Scenario.Duration)
+	}
+	if o.json {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if err == nil && o.csv != "" {
+		err = writeFile(o.csv, rep.WriteCSV)
+	}
+	if err == nil && o.svg != "" {
+		err = writeFile(o.svg, rep.WriteSVG)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sim: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func pctStr(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
+
+// writeDiag prints each run's limiter counters, where its Redis commands
+// went (by phase, and in virtual mode by class of key demand), and the keys
+// it over- and under-admitted most.
+func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Duration) {
+	for _, r := range rep.Results {
+		d := r.Diag
+		fmt.Fprintf(w, "\n== %s\n", r.Label())
+		fmt.Fprintf(w, "   commands: decision %d, round %d, presence %d\n", d.Phases[sim.PhaseDecision], d.Phases[sim.PhaseRound], d.Phases[sim.PhasePresence])
+		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve {
+			fmt.Fprintf(w, "   limiter: rounds %d, fetches %d, messages %d, script calls %d, waits %d, denied remote %d, denied local %d, evictions %d, overspent %d\n",
+				d.Rounds, d.Fetches, d.Messages, d.ScriptCalls, d.Waits, d.DeniedRemote, d.DeniedLocal, d.Evictions, d.Overspent)
+		}
+		if d.KeyCommands != nil {
+			fmt.Fprintf(w, "   %-16s %6s %9s %9s %9s %12s %12s %10s\n", "keys by demand", "keys", "demand", "admitted", "oracle", "msgs:decide", "msgs:round", "msgs/req")
+			for _, c := range sim.Breakdown(r, limit, d0) {
+				per := 0.0
+				if c.Demand > 0 {
+					per = float64(c.Messages[sim.PhaseDecision]+c.Messages[sim.PhaseRound]) / float64(c.Demand)
+				}
+				fmt.Fprintf(w, "   %-16s %6d %9d %9d %9d %12d %12d %10.3f\n", c.Name, c.Keys, c.Demand, c.Admitted, c.Oracle,
+					c.Messages[sim.PhaseDecision], c.Messages[sim.PhaseRound], per)
+			}
+		}
+		for _, side := range []struct {
+			name string
+			by   int
+		}{{"over", 1}, {"under", -1}} {
+			top := sim.TopKeys(r.PerKey, 5, side.by)
+			if len(top) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "   most %s-admitted keys (key demand admitted oracle):", side.name)
+			for _, k := range top {
+				fmt.Fprintf(w, " %s %d %d %d;", sim.KeyName(k.Key), k.Demand, k.Admitted, k.Oracle)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}

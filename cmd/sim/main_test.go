@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// runSim runs the command with args and returns its status and output.
+func runSim(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// tiny makes a run fast: a few hundred requests.
+var tiny = []string{"-duration", "500ms", "-instances", "2", "-keys", "20", "-rate", "600"}
+
+func TestRunBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-bogus"}, "flag provided but not defined"},
+		{[]string{"-instances", "many"}, "invalid value"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-scenario", "zigzag"}, "unknown scenario"},
+		{[]string{"-strategies", "exact,fast"}, `unknown strategy "fast"`},
+		{[]string{"-strategies", "reserve-sharded"}, "sharding issue"},
+		{[]string{"-sync", "50ms,soon"}, "-sync"},
+		{[]string{"-sync", "0s"}, "outside [1ms, 1m]"},
+		{[]string{"-instances", "0"}, "instances 0"},
+		{[]string{"-duration", "-1s"}, "duration"},
+		{[]string{"-zipf", "0.9"}, "zipf"},
+		{[]string{"-limit", "0"}, "rate 0"},
+		{[]string{"-rtt", "-1ms"}, "-rtt"},
+		{[]string{"-redis", "127.0.0.1:6379"}, "need -live"},
+		{[]string{"-live"}, "-live needs -redis"},
+		{[]string{"-live", "-redis", "a:1", "-cluster", "b:1"}, "not both"},
+		{[]string{"-live", "-redis", "a:1", "-rtt", "2ms"}, "-rtt is for virtual mode"},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runSim(t, tt.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, tt.want) {
+			t.Errorf("sim %v = %d, stdout %q, stderr %q; want 2 and %q", tt.args, code, stdout, stderr, tt.want)
+		}
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	code, _, stderr := runSim(t, "-h")
+	if code != 0 || !strings.Contains(stderr, "-strategies") {
+		t.Errorf("sim -h = %d, %q", code, stderr)
+	}
+}
+
+func TestRunTable(t *testing.T) {
+	code, stdout, stderr := runSim(t, append(tiny, "-strategies", "local,reserve", "-sync", "100ms", "-v")...)
+	if code != 0 {
+		t.Fatalf("sim = %d: %s", code, stderr)
+	}
+	for _, want := range []string{"strategy", "local", "reserve  100ms", "overshoot"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "2/2") || !strings.Contains(stderr, "runs in") {
+		t.Errorf("no progress on stderr with -v: %q", stderr)
+	}
+}
+
+func TestRunWritesJSONCSVAndSVG(t *testing.T) {
+	dir := t.TempDir()
+	csvFile, svgFile := filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.svg")
+	args := append(tiny, "-strategies", "exact,optimistic", "-sync", "50ms,1s", "-json", "-csv", csvFile, "-svg", svgFile, "-seed", "3", "-diag")
+	code, stdout, stderr := runSim(t, args...)
+	if code != 0 {
+		t.Fatalf("sim = %d: %s", code, stderr)
+	}
+	var rep struct {
+		Scenario, Mode string
+		Seed           uint64
+		Results        []map[string]any
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+	}
+	if rep.Scenario != "hotspot" || rep.Mode != "virtual" || rep.Seed != 3 || len(rep.Results) != 3 {
+		t.Errorf("report = %+v", rep)
+	}
+	if r := rep.Results[0]; r["strategy"] != "exact" || r["sync_interval_ms"] != nil || r["decisions_per_sec"] != nil || r["overshoot_ratio"] != 0.0 {
+		t.Errorf("exact = %v", r)
+	}
+	if !strings.Contains(stderr, "== optimistic 1s") {
+		t.Errorf("-diag printed no diagnostics: %q", stderr)
+	}
+	for _, f := range []struct{ path, want string }{{csvFile, "strategy,sync_interval_ms"}, {svgFile, "<svg"}} {
+		b, err := os.ReadFile(f.path)
+		if err != nil || !strings.HasPrefix(string(b), f.want) {
+			t.Errorf("%s = %.40q, %v", f.path, b, err)
+		}
+	}
+	// The same seed writes the same bytes.
+	if _, again, _ := runSim(t, args...); again != stdout {
+		t.Error("two runs of the same seed wrote different JSON")
+	}
+}
+
+func TestRunLive(t *testing.T) {
+	s := redistest.StandaloneServer(t)
+	code, stdout, stderr := runSim(t, "-live", "-redis", s.Addr, "-duration", "200ms", "-keys", "50", "-strategies", "exact,reserve", "-sync", "100ms", "-workers", "2")
+	if code != 0 {
+		t.Fatalf("sim -live = %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "decisions/s") || !strings.Contains(stdout, "reserve  100ms") {
+		t.Errorf("live table:\n%s", stdout)
+	}
+}
+
+func TestRunFailsOnUnreachableRedis(t *testing.T) {
+	code, _, stderr := runSim(t, "-live", "-redis", "127.0.0.1:1", "-duration", "100ms", "-strategies", "exact")
+	if code != 1 || !strings.Contains(stderr, "sim:") {
+		t.Errorf("sim against no Redis = %d, %q; want 1", code, stderr)
+	}
+}

@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// ClassRow is what one class of keys, by demand, cost and got in a run.
+type ClassRow struct {
+	// Name says the class's demand relative to the limit, such as
+	// "over the limit" or "1-10% of it".
+	Name             string
+	Keys             int
+	Demand           int64
+	Admitted, Oracle int64
+	// Messages counts, per phase, the commands that carried a key of the
+	// class: a round's call carrying ten keys counts ten.
+	Messages [phases]int64
+}
+
+// demandClasses bound the classes, as fractions of the limit's rate.
+var demandClasses = []struct {
+	name   string
+	lo, hi float64
+}{
+	{"over the limit", 1, 1e300},
+	{"10-100% of it", 0.1, 1},
+	{"1-10% of it", 0.01, 0.1},
+	{"under 1% of it", 0, 0.01},
+}
+
+// Breakdown splits a run's keys into classes by their demand over the run
+// relative to the limit, and sums each class's demand, admissions and the
+// commands that carried its keys. The per-key commands come from a run
+// with Config.Detail; without, Messages are zero.
+func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
+	perKey := map[int][phases]int64{}
+	for k, v := range r.Diag.KeyCommands {
+		if i, ok := callerKey(k); ok {
+			m := perKey[i]
+			for p := range m {
+				m[p] += v[p]
+			}
+			perKey[i] = m
+		}
+	}
+	limitRate := limit.TokensIn(d) // tokens the limit adds over the run
+	rows := make([]ClassRow, len(demandClasses))
+	for i, c := range demandClasses {
+		rows[i].Name = c.name
+	}
+	for _, k := range r.PerKey {
+		if k.Demand == 0 {
+			continue
+		}
+		f := float64(k.Demand) / limitRate
+		for i, c := range demandClasses {
+			if f >= c.lo && f < c.hi {
+				row := &rows[i]
+				row.Keys++
+				row.Demand += k.Demand
+				row.Admitted += k.Admitted
+				row.Oracle += k.Oracle
+				for p, n := range perKey[k.Key] {
+					row.Messages[p] += n
+				}
+				break
+			}
+		}
+	}
+	return rows
+}
+
+// callerKey returns the simulator key index a Redis key belongs to: the
+// bucket of a hybrid key ("...}:b:k12") or the state of an exact one
+// ("...{k12}:tb"). Other keys (ledgers, allowances, presence) belong to
+// none, so that each message counts once.
+func callerKey(redisKey string) (int, bool) {
+	var name string
+	if i := strings.Index(redisKey, "}:b:"); i >= 0 {
+		name = redisKey[i+4:]
+	} else if i, j := strings.IndexByte(redisKey, '{'), strings.IndexByte(redisKey, '}'); i >= 0 && j > i && strings.HasSuffix(redisKey, "}:tb") {
+		name = redisKey[i+1 : j]
+	}
+	if !strings.HasPrefix(name, "k") {
+		return 0, false
+	}
+	n, err := strconv.Atoi(name[1:])
+	return n, err == nil
+}

@@ -1,0 +1,239 @@
+package sim
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	stdsync "sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// Counter counts the Redis commands its clients send, per hash slot of each
+// command's first key, as a go-redis hook (ProcessHook and
+// ProcessPipelineHook). It counts at the client; in virtual mode and
+// against one standalone Redis every command reaches the one server, so the
+// count equals the server's. The commands a client sends on its own as it
+// sets up a connection (HELLO, AUTH, CLIENT ...) are not counted: they are
+// the client's, not the limiter's.
+//
+// The zero Counter is paused; NewCounter returns one that counts. A
+// Counter is safe for concurrent use.
+type Counter struct {
+	mu      stdsync.Mutex
+	on      bool
+	phase   Phase
+	total   int64
+	keyless int64
+	slots   map[int]int64
+	phases  [phases]int64
+	keys    map[string]*[phases]int64 // nil unless detailed
+}
+
+// Phase says what the limiters were doing when a command was sent, for
+// diagnostics: the virtual engine sets it around each step.
+type Phase int
+
+// The phases.
+const (
+	// PhaseDecision: inside a decision (an exact script, or a hybrid
+	// decision fetching allowance on demand).
+	PhaseDecision Phase = iota
+	// PhaseRound: a background reconcile round.
+	PhaseRound
+	// PhasePresence: a presence announcement.
+	PhasePresence
+	phases
+)
+
+func (p Phase) String() string {
+	return [...]string{"decision", "round", "presence"}[p]
+}
+
+// NewCounter returns a Counter that counts from the start. With detail, it
+// also counts, per phase, the commands that carry each Redis key.
+func NewCounter(detail bool) *Counter {
+	c := &Counter{on: true}
+	if detail {
+		c.keys = map[string]*[phases]int64{}
+	}
+	return c
+}
+
+// SetPhase labels the commands counted from now on.
+func (c *Counter) SetPhase(p Phase) { c.mu.Lock(); c.phase = p; c.mu.Unlock() }
+
+// ByPhase returns the commands counted in each phase.
+func (c *Counter) ByPhase() [phases]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.phases
+}
+
+// KeyCommands returns, for each Redis key, the commands that carried it in
+// each phase (empty unless the Counter counts in detail).
+func (c *Counter) KeyCommands() map[string][phases]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string][phases]int64, len(c.keys))
+	for k, v := range c.keys {
+		out[k] = *v
+	}
+	return out
+}
+
+// Pause stops counting (for setup and teardown traffic); Resume restarts it.
+func (c *Counter) Pause()  { c.mu.Lock(); c.on = false; c.mu.Unlock() }
+func (c *Counter) Resume() { c.mu.Lock(); c.on = true; c.mu.Unlock() }
+
+// Total returns the commands counted.
+func (c *Counter) Total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// HottestSlotShare returns the busiest slot's share of all commands counted
+// (keyless commands count in the total and in no slot), 0 if none.
+func (c *Counter) HottestSlotShare() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var most int64
+	for _, n := range c.slots {
+		most = max(most, n)
+	}
+	if c.total == 0 {
+		return 0
+	}
+	return float64(most) / float64(c.total)
+}
+
+func (c *Counter) count(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on {
+		return
+	}
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if handshake(args) {
+			continue
+		}
+		c.total++
+		c.phases[c.phase]++
+		if key, ok := firstKey(args); ok {
+			if c.slots == nil {
+				c.slots = map[int]int64{}
+			}
+			c.slots[hybridlimit.Slot(key)]++
+		} else {
+			c.keyless++
+		}
+		if c.keys != nil {
+			for _, k := range scriptKeys(args) {
+				n := c.keys[k]
+				if n == nil {
+					n = new([phases]int64)
+					c.keys[k] = n
+				}
+				n[c.phase]++
+			}
+		}
+	}
+}
+
+// scriptKeys returns the KEYS of an EVAL or EVALSHA.
+func scriptKeys(args []any) []string {
+	if len(args) < 3 {
+		return nil
+	}
+	if name, _ := args[0].(string); !strings.HasPrefix(strings.ToLower(name), "eval") {
+		return nil
+	}
+	n, err := strconv.Atoi(asString(args[2]))
+	if err != nil || n < 0 || 3+n > len(args) {
+		return nil
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = asString(args[3+i])
+	}
+	return keys
+}
+
+// handshake reports whether a command is one a client sends on its own as
+// it sets up a connection (HELLO, AUTH, SELECT, READONLY, CLIENT ...).
+func handshake(args []any) bool {
+	if len(args) == 0 {
+		return true
+	}
+	name, _ := args[0].(string)
+	switch strings.ToLower(name) {
+	case "hello", "auth", "select", "readonly", "client":
+		return true
+	}
+	return false
+}
+
+// firstKey returns the first key of a command: argument 3 of EVAL and
+// EVALSHA (after the script and the key count), argument 1 of the plain
+// commands the limiters send.
+func firstKey(args []any) (string, bool) {
+	if len(args) < 2 {
+		return "", false
+	}
+	name, _ := args[0].(string)
+	i := 1
+	switch strings.ToLower(name) {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		if len(args) < 4 || asString(args[2]) == "0" {
+			return "", false
+		}
+		i = 3
+	case "ping", "hello", "client", "script", "info", "cluster", "command", "select", "auth", "readonly":
+		return "", false
+	}
+	return asString(args[i]), true
+}
+
+func asString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+// Hook returns the go-redis hook that feeds the Counter.
+func (c *Counter) Hook() redis.Hook { return counterHook{c} }
+
+type counterHook struct{ c *Counter }
+
+func (h counterHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+func (h counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.c.count(cmds...)
+		return next(ctx, cmds)
+	}
+}

@@ -1,0 +1,70 @@
+package sim
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+func TestFirstKey(t *testing.T) {
+	tests := []struct {
+		args []any
+		key  string
+		ok   bool
+	}{
+		{[]any{"evalsha", "abc", "2", "hl:{x}:b", "hl:{x}:l"}, "hl:{x}:b", true},
+		{[]any{"eval", "return 1", 0}, "", false},
+		{[]any{"evalsha", "abc", 1, "k"}, "k", true},
+		{[]any{"get", "k"}, "k", true},
+		{[]any{"ping"}, "", false},
+		{[]any{"client", "setinfo", "lib-name", "x"}, "", false},
+		{[]any{"script", "load", "return 1"}, "", false},
+	}
+	for _, tt := range tests {
+		key, ok := firstKey(tt.args)
+		if key != tt.key || ok != tt.ok {
+			t.Errorf("firstKey(%v) = %q, %v, want %q, %v", tt.args, key, ok, tt.key, tt.ok)
+		}
+	}
+}
+
+func TestCounterCountsCommandsAndSlots(t *testing.T) {
+	e, err := newEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cnt := NewCounter(true)
+	c := e.Client(cnt.Hook())
+	defer c.Close()
+	ctx := context.Background()
+	c.Set(ctx, "{a}:1", "x", 0)
+	cnt.SetPhase(PhaseRound)
+	pipe := c.Pipeline()
+	pipe.Get(ctx, "{a}:1")
+	pipe.Eval(ctx, "return 1", []string{"{b}:1", "{b}:2"})
+	pipe.Ping(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cnt.Pause()
+	c.Get(ctx, "{a}:1")
+	cnt.Resume()
+	if got := cnt.Total(); got != 4 {
+		t.Errorf("Total() = %d, want 4 (one paused command not counted)", got)
+	}
+	if got := cnt.ByPhase(); got != [phases]int64{1, 3, 0} {
+		t.Errorf("ByPhase() = %v, want [1 3 0]", got)
+	}
+	// Slot of "a" has 2 of 4 commands; the PING has none.
+	if got := cnt.HottestSlotShare(); got != 0.5 {
+		t.Errorf("HottestSlotShare() = %v, want 0.5", got)
+	}
+	if hybridlimit.Slot("{a}:1") == hybridlimit.Slot("{b}:1") {
+		t.Fatal("test keys share a slot")
+	}
+	if got := cnt.KeyCommands()["{b}:2"]; got != [phases]int64{0, 1, 0} {
+		t.Errorf(`KeyCommands()["{b}:2"] = %v, want [0 1 0]`, got)
+	}
+}

@@ -1,0 +1,368 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"runtime"
+	"slices"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/local"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// LiveTarget is the Redis a live run talks to: one server or a cluster.
+type LiveTarget struct {
+	// Addr is a standalone Redis, host:port.
+	Addr string
+	// Cluster is the seed nodes of a Redis Cluster (instead of Addr).
+	Cluster []string
+	// Workers is the number of goroutines asking each instance's limiter
+	// (default 2 x GOMAXPROCS).
+	Workers int
+}
+
+// latencyEvery is how often a live worker times a decision: every 64th,
+// so that reading the clock twice does not slow the rest.
+const latencyEvery = 64
+
+// RunLive runs every strategy at every interval against a real Redis, one
+// run after the other, each for the scenario's duration: workers ask as
+// fast as they can (a closed loop), drawing keys and instances as the
+// workload does, while the limiters run their own loops in real time. It
+// reports throughput and decision latency besides the accuracy, measured
+// against the oracle replaying the arrival times the workers recorded.
+// Each run writes under a prefix of its own, and every key has a TTL.
+func RunLive(ctx context.Context, cfg Config, target LiveTarget) (*Report, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if (target.Addr == "") == (len(target.Cluster) == 0) {
+		return nil, errors.New("sim: live mode needs one Redis address or a cluster's nodes")
+	}
+	if target.Workers <= 0 {
+		target.Workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	runs := plan(cfg.Strategies, cfg.Intervals)
+	rep := &Report{Scenario: cfg.Scenario.Workload, Mode: "live", Seed: cfg.Scenario.Seed}
+	for i, r := range runs {
+		start := time.Now()
+		res, err := liveRun(ctx, cfg, target, r)
+		if err != nil {
+			return nil, err
+		}
+		res.Elapsed = time.Since(start)
+		rep.Results = append(rep.Results, res)
+		if cfg.Progress != nil {
+			cfg.Progress(i+1, len(runs), res)
+		}
+	}
+	return rep, nil
+}
+
+// decider makes one live decision for a key on one instance.
+type decider func(ctx context.Context, inst int, key string) (bool, error)
+
+// liveRig is one live run's clients and limiters.
+type liveRig struct {
+	clients []redis.UniversalClient
+	hybrids []*hlsync.Limiter
+	decide  decider
+}
+
+func (rig *liveRig) close() {
+	for _, l := range rig.hybrids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = l.Close(ctx)
+		cancel()
+	}
+	for _, c := range rig.clients {
+		_ = c.Close()
+	}
+}
+
+func newClient(t LiveTarget, hook redis.Hook, pool int) redis.UniversalClient {
+	var c redis.UniversalClient
+	if t.Addr != "" {
+		c = redis.NewClient(&redis.Options{Addr: t.Addr, PoolSize: pool, Protocol: 2, DisableIdentity: true})
+	} else {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.Cluster, PoolSize: pool, Protocol: 2, DisableIdentity: true})
+	}
+	c.AddHook(hook)
+	return c
+}
+
+func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *Counter) (*liveRig, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "sim:" + hex.EncodeToString(b[:]) + ":"
+	rig := &liveRig{}
+	n := sc.Instances
+	counter.Pause()
+	for range n {
+		c := newClient(t, counter.Hook(), t.Workers*n+8)
+		rig.clients = append(rig.clients, c)
+		// The hybrid limiters never report a Redis failure (their failure
+		// policy decides instead), so check that Redis answers first.
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			rig.close()
+			return nil, fmt.Errorf("sim: live: %w", err)
+		}
+	}
+	counter.Resume()
+	switch r.strategy {
+	case Exact:
+		ls := make([]*global.Limiter, n)
+		for k := range ls {
+			l, err := global.New(rig.clients[k], global.TokenBucket, global.WithPrefix(prefix))
+			if err != nil {
+				rig.close()
+				return nil, fmt.Errorf("sim: %w", err)
+			}
+			ls[k] = l
+		}
+		rig.decide = func(ctx context.Context, inst int, key string) (bool, error) {
+			res, err := ls[inst].Allow(ctx, key, sc.Limit)
+			return res.Allowed, err
+		}
+	case Local:
+		share := localShare(sc.Limit, n)
+		ts := make([]*local.Table, n)
+		for k := range ts {
+			tb, err := local.NewTable()
+			if err != nil {
+				rig.close()
+				return nil, fmt.Errorf("sim: %w", err)
+			}
+			ts[k] = tb
+		}
+		rig.decide = func(_ context.Context, inst int, key string) (bool, error) {
+			res, err := ts[inst].Allow(key, share)
+			return res.Allowed, err
+		}
+	case Optimistic, Reserve:
+		for k := range n {
+			l, err := hlsync.New(rig.clients[k], hybridOptions(r.strategy, prefix, k, r.interval)...)
+			if err != nil {
+				rig.close()
+				return nil, fmt.Errorf("sim: %w", err)
+			}
+			rig.hybrids = append(rig.hybrids, l)
+		}
+		// Presence settled before the first request, as in virtual mode.
+		// It is best effort: a first call can outlast the round timeout
+		// (a cluster client learning the slots), and the loops announce
+		// again every interval.
+		counter.Pause()
+		for range 2 {
+			for _, l := range rig.hybrids {
+				_ = l.Announce(ctx)
+			}
+		}
+		counter.Resume()
+		for _, l := range rig.hybrids {
+			if err := l.Start(); err != nil {
+				rig.close()
+				return nil, fmt.Errorf("sim: %w", err)
+			}
+		}
+		rig.decide = func(ctx context.Context, inst int, key string) (bool, error) {
+			res, err := rig.hybrids[inst].Allow(ctx, key, sc.Limit)
+			return res.Allowed, err
+		}
+	default:
+		rig.close()
+		return nil, fmt.Errorf("sim: strategy %q cannot run", r.strategy)
+	}
+	return rig, nil
+}
+
+// liveRec is one live decision as a worker saw it.
+type liveRec struct {
+	at   int64 // nanoseconds since the run started, when the decision was asked
+	key  int32
+	inst int16
+	ok   bool
+}
+
+func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, error) {
+	sc := cfg.Scenario
+	counter := NewCounter(false)
+	rig, err := newLiveRig(ctx, sc, t, r, counter)
+	if err != nil {
+		return Result{}, err
+	}
+	keys := make([]string, sc.Keys)
+	for i := range keys {
+		keys[i] = KeyName(i)
+	}
+	workers := t.Workers * sc.Instances
+	recs := make([][]liveRec, workers)
+	lats := make([][]int64, workers)
+	var (
+		wg       stdsync.WaitGroup
+		firstErr atomic.Pointer[error]
+		stop     atomic.Bool
+	)
+	start := time.Now()
+	end := int64(sc.Duration)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pick := newPicker(sc, uint64(w))
+			var n uint64
+			for !stop.Load() {
+				t0 := time.Now()
+				at := int64(t0.Sub(start))
+				if at >= end {
+					stop.Store(true)
+					return
+				}
+				key, inst := pick(at)
+				ok, err := rig.decide(ctx, inst, keys[key])
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					stop.Store(true)
+					return
+				}
+				if n++; n%latencyEvery == 0 {
+					lats[w] = append(lats[w], int64(time.Since(t0)))
+				}
+				recs[w] = append(recs[w], liveRec{at: at, key: int32(key), inst: int16(inst), ok: ok})
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	counter.Pause()
+	rig.close()
+	if e := firstErr.Load(); e != nil {
+		return Result{}, fmt.Errorf("sim: live %s: %w", r.strategy, *e)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	reqs, admitted := mergeRecords(recs)
+	oracle, err := Oracle(reqs, sc.Keys, sc.Limit)
+	if err != nil {
+		return Result{}, err
+	}
+	res := newResult(r, sc.Instances, Measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
+	rate := float64(len(reqs)) / elapsed.Seconds()
+	res.DecisionsPerSec = &rate
+	var all []int64
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	if len(all) > 0 {
+		slices.Sort(all)
+		p50, p99 := quantile(all, 0.50), quantile(all, 0.99)
+		res.DecisionP50NS, res.DecisionP99NS = &p50, &p99
+	}
+	for _, l := range rig.hybrids {
+		res.Diag.add(l.Stats())
+	}
+	return res, nil
+}
+
+// quantile returns the q-quantile of sorted xs, nearest rank.
+func quantile(xs []int64, q float64) int64 {
+	i := int(q*float64(len(xs))+0.5) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
+
+// newPicker returns a worker's draw of (key, instance) for a request at
+// elapsed nanoseconds, following the scenario's workload.
+func newPicker(sc Scenario, worker uint64) func(at int64) (int, int) {
+	rng := mrand.New(mrand.NewPCG(sc.Seed, 0x11fe_0000+worker))
+	inst := func() int { return rng.IntN(sc.Instances) }
+	switch sc.Workload {
+	case Hotspot:
+		z := mrand.NewZipf(rng, sc.ZipfS, 1, uint64(sc.Keys-1))
+		return func(int64) (int, int) { return int(z.Uint64()), inst() }
+	case SkewedLB:
+		z := mrand.NewZipf(rng, sc.ZipfS, 1, uint64(sc.Keys-1))
+		return func(int64) (int, int) {
+			k := int(z.Uint64())
+			return k, skewedInstance(rng, k, sc.Instances, sc.Skew)
+		}
+	case Flash:
+		// Key 0 asks as much as any other key until half time, then Flash
+		// times as much.
+		half := int64(sc.Duration) / 2
+		hot := sc.Flash / (sc.Flash + float64(sc.Keys-1))
+		return func(at int64) (int, int) {
+			if at >= half && rng.Float64() < hot {
+				return 0, inst()
+			}
+			return rng.IntN(sc.Keys), inst()
+		}
+	}
+	return func(int64) (int, int) { return rng.IntN(sc.Keys), inst() }
+}
+
+// mergeRecords merges the workers' records, each in time order, into one
+// stream in time order, with each request's decision.
+func mergeRecords(recs [][]liveRec) ([]Request, []bool) {
+	total := 0
+	h := &recHeap{recs: recs}
+	for w, r := range recs {
+		total += len(r)
+		if len(r) > 0 {
+			h.c = append(h.c, cursor{w: w})
+		}
+	}
+	heap.Init(h)
+	reqs := make([]Request, 0, total)
+	admitted := make([]bool, 0, total)
+	for h.Len() > 0 {
+		c := &h.c[0]
+		rec := recs[c.w][c.i]
+		reqs = append(reqs, Request{At: rec.at, Key: rec.key, Inst: int32(rec.inst)})
+		admitted = append(admitted, rec.ok)
+		if c.i++; c.i == len(recs[c.w]) {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	return reqs, admitted
+}
+
+type cursor struct{ w, i int }
+
+// recHeap orders the workers' cursors by the time of their next record.
+type recHeap struct {
+	c    []cursor
+	recs [][]liveRec
+}
+
+func (h *recHeap) Len() int { return len(h.c) }
+func (h *recHeap) Less(i, j int) bool {
+	a, b := h.recs[h.c[i].w][h.c[i].i], h.recs[h.c[j].w][h.c[j].i]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return h.c[i].w < h.c[j].w
+}
+func (h *recHeap) Swap(i, j int) { h.c[i], h.c[j] = h.c[j], h.c[i] }
+func (h *recHeap) Push(x any)    { h.c = append(h.c, x.(cursor)) }
+func (h *recHeap) Pop() any {
+	x := h.c[len(h.c)-1]
+	h.c = h.c[:len(h.c)-1]
+	return x
+}

@@ -1,0 +1,90 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+func TestOvershootRatios(t *testing.T) {
+	tests := []struct {
+		name        string
+		per         []KeyCount
+		over, under float64
+	}{
+		{"exact", []KeyCount{{Admitted: 10, Oracle: 10}, {Admitted: 5, Oracle: 5}}, 0, 0},
+		{"over on one key", []KeyCount{{Admitted: 12, Oracle: 10}, {Admitted: 10, Oracle: 10}}, 0.1, 0},
+		{"under on one key", []KeyCount{{Admitted: 10, Oracle: 10}, {Admitted: 7, Oracle: 10}}, 0, 0.15},
+		// Over on one key does not cancel under on another.
+		{"both", []KeyCount{{Admitted: 14, Oracle: 10}, {Admitted: 6, Oracle: 10}}, 0.2, 0.2},
+		{"oracle admitted nothing", []KeyCount{{Admitted: 3, Oracle: 0}}, 0, 0},
+		{"no keys", nil, 0, 0},
+	}
+	for _, tt := range tests {
+		over, under := OvershootRatios(tt.per)
+		if math.Abs(over-tt.over) > 1e-12 || math.Abs(under-tt.under) > 1e-12 {
+			t.Errorf("%s: OvershootRatios = %v, %v, want %v, %v", tt.name, over, under, tt.over, tt.under)
+		}
+	}
+}
+
+// times returns n admission times starting at from, every step.
+func times(from, step int64, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = from + int64(i)*step
+	}
+	return out
+}
+
+func TestWorstWindowOvershoot(t *testing.T) {
+	limit := hybridlimit.PerSecond(10).WithBurst(5) // bound: 15 per closed 1s window
+	sec := int64(time.Second)
+	tests := []struct {
+		name  string
+		times []int64
+		want  float64
+	}{
+		{"none", nil, 0},
+		{"burst then rate, at the bound", append(times(0, 0, 5), times(100*ms, 100*ms, 10)...), 0},
+		{"20 at once", times(0, 0, 20), (20.0 - 15) / 15},
+		{"30 spread over 1s (closed window)", times(0, sec/29, 30), (30.0 - 15) / 15},
+		{"30 spread over 2s", times(0, 2*sec/29, 30), 0},
+		// 16 in one closed window: the last at exactly t+1s still counts.
+		{"closed window end", append(times(0, 0, 15), sec), 1.0 / 15},
+		{"just outside", append(times(0, 0, 15), sec+1), 0},
+		{"worst of two windows", append(times(0, 0, 16), times(10*sec, 0, 18)...), 3.0 / 15},
+	}
+	for _, tt := range tests {
+		if got := WorstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: WorstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestMeasure(t *testing.T) {
+	limit := hybridlimit.PerSecond(10).WithBurst(2)
+	reqs := []Request{{At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 1}, {At: ms, Key: 1}, {At: 2 * ms, Key: 1}}
+	oracle := []bool{true, true, false, true, true, false}
+	admitted := []bool{true, true, true, true, false, false} // key 0 one over, key 1 one under
+	a := Measure(reqs, 2, limit, admitted, oracle)
+	if a.Decisions != 6 || a.Admitted != 4 || a.OracleAdmitted != 4 {
+		t.Errorf("Measure counts = %d, %d, %d, want 6, 4, 4", a.Decisions, a.Admitted, a.OracleAdmitted)
+	}
+	if a.Overshoot != 0.25 || a.Undershoot != 0.25 {
+		t.Errorf("Measure ratios = %v over, %v under, want 0.25, 0.25", a.Overshoot, a.Undershoot)
+	}
+	if a.WorstWindow != 0 { // 3 at once against a bound of 2 + 10 per second
+		t.Errorf("Measure worst window = %v, want 0", a.WorstWindow)
+	}
+	if k := a.PerKey[0]; k.Demand != 3 || k.Admitted != 3 || k.Oracle != 2 {
+		t.Errorf("key 0 = %+v, want demand 3, admitted 3, oracle 2", k)
+	}
+	over := TopKeys(a.PerKey, 5, 1)
+	under := TopKeys(a.PerKey, 5, -1)
+	if len(over) != 1 || over[0].Key != 0 || len(under) != 1 || under[0].Key != 1 {
+		t.Errorf("TopKeys = %+v over, %+v under, want key 0 over and key 1 under", over, under)
+	}
+}

@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a simulation: one Result per strategy and sync
+// interval, over one scenario's arrival stream.
+type Report struct {
+	Scenario Workload `json:"scenario"`
+	Mode     string   `json:"mode"` // "virtual" or "live"
+	Seed     uint64   `json:"seed"`
+	Results  []Result `json:"results"`
+}
+
+// Result is one strategy at one sync interval. Ratios are rounded to six
+// decimals so that a report is stable to print and compare.
+type Result struct {
+	Strategy Strategy `json:"strategy"`
+	// SyncIntervalMS is null for strategies that do not sync (exact, local),
+	// which run once per report.
+	SyncIntervalMS *float64 `json:"sync_interval_ms"`
+	Instances      int      `json:"instances"`
+	Decisions      int64    `json:"decisions"`
+	Admitted       int64    `json:"admitted"`
+	OracleAdmitted int64    `json:"oracle_admitted"`
+	// OvershootRatio and UndershootRatio: see Accuracy.
+	OvershootRatio            float64 `json:"overshoot_ratio"`
+	UndershootRatio           float64 `json:"undershoot_ratio"`
+	WorstWindowOvershootRatio float64 `json:"worst_window_overshoot_ratio"`
+	// RedisCmds counts the commands the strategy sent while deciding
+	// (setup and teardown excluded), at the client: see Counter.
+	RedisCmds            int64   `json:"redis_cmds"`
+	RedisCmdsPerDecision float64 `json:"redis_cmds_per_decision"`
+	// HottestSlotShare is the busiest hash slot's share of RedisCmds.
+	HottestSlotShare float64 `json:"hottest_slot_share"`
+	// Live mode only; null in virtual mode.
+	DecisionsPerSec *float64 `json:"decisions_per_sec"`
+	DecisionP50NS   *int64   `json:"decision_p50_ns"`
+	DecisionP99NS   *int64   `json:"decision_p99_ns"`
+
+	// Diag sums the hybrid limiters' counters (zero for other strategies).
+	Diag Diagnostics `json:"-"`
+	// PerKey is each key's demand and admissions, for diagnostics.
+	PerKey []KeyCount `json:"-"`
+	// Elapsed is the wall time the run took.
+	Elapsed time.Duration `json:"-"`
+}
+
+func newResult(r run, instances int, a Accuracy, c *Counter) Result {
+	res := Result{
+		Strategy:                  r.strategy,
+		Instances:                 instances,
+		Decisions:                 a.Decisions,
+		Admitted:                  a.Admitted,
+		OracleAdmitted:            a.OracleAdmitted,
+		OvershootRatio:            round6(a.Overshoot),
+		UndershootRatio:           round6(a.Undershoot),
+		WorstWindowOvershootRatio: round6(a.WorstWindow),
+		PerKey:                    a.PerKey,
+	}
+	if r.strategy.Synced() {
+		ms := float64(r.interval) / float64(time.Millisecond)
+		res.SyncIntervalMS = &ms
+	}
+	if c != nil {
+		res.RedisCmds = c.Total()
+		res.HottestSlotShare = round6(c.HottestSlotShare())
+	}
+	if a.Decisions > 0 {
+		res.RedisCmdsPerDecision = round6(float64(res.RedisCmds) / float64(a.Decisions))
+	}
+	return res
+}
+
+func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+
+// Label names the result in tables and charts: "reserve 200ms", "exact".
+func (r Result) Label() string {
+	if r.SyncIntervalMS == nil {
+		return string(r.Strategy)
+	}
+	return string(r.Strategy) + " " + r.interval().String()
+}
+
+func (r Result) interval() time.Duration {
+	if r.SyncIntervalMS == nil {
+		return 0
+	}
+	return time.Duration(*r.SyncIntervalMS * float64(time.Millisecond))
+}
+
+// WriteJSON writes the report as indented JSON. The same virtual run
+// writes the same bytes.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+var csvHeader = []string{
+	"strategy", "sync_interval_ms", "instances", "decisions", "admitted", "oracle_admitted",
+	"overshoot_ratio", "undershoot_ratio", "worst_window_overshoot_ratio",
+	"redis_cmds", "redis_cmds_per_decision", "hottest_slot_share",
+	"decisions_per_sec", "decision_p50_ns", "decision_p99_ns",
+}
+
+// WriteCSV writes one row per result under a header of the JSON field
+// names; null fields are empty.
+func (rep *Report) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvHeader); err != nil {
+		return err
+	}
+	for _, r := range rep.Results {
+		row := []string{
+			string(r.Strategy), optFloat(r.SyncIntervalMS), strconv.Itoa(r.Instances),
+			i64(r.Decisions), i64(r.Admitted), i64(r.OracleAdmitted),
+			f64(r.OvershootRatio), f64(r.UndershootRatio), f64(r.WorstWindowOvershootRatio),
+			i64(r.RedisCmds), f64(r.RedisCmdsPerDecision), f64(r.HottestSlotShare),
+			optFloat(r.DecisionsPerSec), optInt(r.DecisionP50NS), optInt(r.DecisionP99NS),
+		}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func i64(x int64) string   { return strconv.FormatInt(x, 10) }
+func f64(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+func optFloat(x *float64) string {
+	if x == nil {
+		return ""
+	}
+	return f64(*x)
+}
+
+func optInt(x *int64) string {
+	if x == nil {
+		return ""
+	}
+	return i64(*x)
+}
+
+// WriteTable writes the report as aligned columns, ratios in percent.
+func (rep *Report) WriteTable(w io.Writer) error {
+	live := rep.Mode == "live"
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "strategy\tsync\tdecisions\tadmitted\toracle\tovershoot\tundershoot\tworst window\tredis cmds\tcmds/decision\thottest slot\t"
+	if live {
+		head += "decisions/s\tp50\tp99\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, r := range rep.Results {
+		sync := "-"
+		if r.SyncIntervalMS != nil {
+			sync = r.interval().String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%.4f\t%s\t",
+			r.Strategy, sync, r.Decisions, r.Admitted, r.OracleAdmitted,
+			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
+			r.RedisCmds, r.RedisCmdsPerDecision, pct(r.HottestSlotShare))
+		if live {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t", optRate(r.DecisionsPerSec), optNS(r.DecisionP50NS), optNS(r.DecisionP99NS))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+func pct(x float64) string { return strconv.FormatFloat(100*x, 'f', 2, 64) + "%" }
+
+func optRate(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*x, 'f', 0, 64)
+}
+
+func optNS(x *int64) string {
+	if x == nil {
+		return "-"
+	}
+	return time.Duration(*x).String()
+}

@@ -1,0 +1,139 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// Strategy names a way of enforcing the limit across the instances.
+type Strategy string
+
+// The strategies, compared side by side on the same arrival stream.
+const (
+	// Exact asks Redis on every decision: one global/ token-bucket script
+	// per request. It must match the oracle exactly.
+	Exact Strategy = "exact"
+	// Local lets each instance enforce its share, the limit divided by the
+	// instance count, with no Redis at all.
+	Local Strategy = "local"
+	// Optimistic is the hybrid limiter in Optimistic mode.
+	Optimistic Strategy = "optimistic"
+	// Reserve is the hybrid limiter in Reserve mode, its default.
+	Reserve Strategy = "reserve"
+	// ReserveSharded is Reserve with hot keys split across hash slots. It
+	// waits for the sharding issue: the name is reserved, and hybridOptions
+	// is where its option will go.
+	ReserveSharded Strategy = "reserve-sharded"
+)
+
+// Strategies lists the strategies that can run, in report order.
+func Strategies() []Strategy { return []Strategy{Exact, Local, Optimistic, Reserve} }
+
+// Synced reports whether the strategy depends on the sync interval. Those
+// that do not (exact, local) run once per report, not once per interval.
+func (s Strategy) Synced() bool { return s == Optimistic || s == Reserve || s == ReserveSharded }
+
+// ParseStrategies parses a comma list such as "exact,reserve", or "all".
+func ParseStrategies(list string) ([]Strategy, error) {
+	if strings.TrimSpace(list) == "all" {
+		return Strategies(), nil
+	}
+	var out []Strategy
+	for _, f := range strings.Split(list, ",") {
+		s := Strategy(strings.TrimSpace(f))
+		switch {
+		case s == ReserveSharded:
+			return nil, fmt.Errorf("sim: strategy %q is not available yet: it waits for the sharding issue", s)
+		case !slices.Contains(Strategies(), s):
+			return nil, fmt.Errorf("sim: unknown strategy %q (want a comma list of %s, or all)", s, joinStrategies())
+		case slices.Contains(out, s):
+			return nil, fmt.Errorf("sim: strategy %q listed twice", s)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func joinStrategies() string {
+	var names []string
+	for _, s := range Strategies() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ",")
+}
+
+// ParseIntervals parses a comma list of sync intervals such as "50ms,1s".
+func ParseIntervals(list string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(list, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("sim: sync interval %q: %w", f, err)
+		}
+		if d < time.Millisecond || d > time.Minute {
+			return nil, fmt.Errorf("sim: sync interval %v is outside [1ms, 1m]", d)
+		}
+		if slices.Contains(out, d) {
+			return nil, fmt.Errorf("sim: sync interval %v listed twice", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// DefaultIntervals are the sync intervals of the default run.
+func DefaultIntervals() []time.Duration {
+	return []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
+}
+
+// localShare is the limit each instance of the Local strategy enforces:
+// the rate spread over n instances by stretching the period, so that 100/s
+// among 8 is exactly 100 per 8s each, and the burst divided, rounded up.
+func localShare(l hybridlimit.Limit, n int) hybridlimit.Limit {
+	return hybridlimit.Limit{Rate: l.Rate, Period: l.Period * time.Duration(n), Burst: (l.Burst + int64(n) - 1) / int64(n)}
+}
+
+// hybridOptions returns the options of a hybrid strategy's instance k,
+// beyond the client, clock and interval the mode adds.
+func hybridOptions(s Strategy, prefix string, k int, interval time.Duration) []hlsync.Option {
+	opts := []hlsync.Option{
+		hlsync.WithPrefix(prefix),
+		hlsync.WithInstanceID(fmt.Sprintf("i%d", k)),
+		hlsync.WithSyncInterval(interval, 0.1),
+	}
+	switch s {
+	case Optimistic:
+		opts = append(opts, hlsync.WithMode(hlsync.Optimistic))
+	case Reserve:
+		opts = append(opts, hlsync.WithMode(hlsync.Reserve))
+		// case ReserveSharded: Reserve plus the sharding option, once it lands.
+	}
+	return opts
+}
+
+// run is one strategy at one sync interval (0 for those not synced).
+type run struct {
+	strategy Strategy
+	interval time.Duration
+}
+
+// plan lists the runs of a report: strategies in the given order, each
+// synced one at every interval, the others once.
+func plan(strategies []Strategy, intervals []time.Duration) []run {
+	var out []run
+	for _, s := range strategies {
+		if !s.Synced() {
+			out = append(out, run{strategy: s})
+			continue
+		}
+		for _, iv := range intervals {
+			out = append(out, run{strategy: s, interval: iv})
+		}
+	}
+	return out
+}

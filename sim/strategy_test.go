@@ -1,0 +1,60 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+func TestParseStrategiesAndIntervals(t *testing.T) {
+	if got, err := ParseStrategies("all"); err != nil || len(got) != 4 {
+		t.Errorf(`ParseStrategies("all") = %v, %v`, got, err)
+	}
+	if got, err := ParseStrategies(" reserve,exact "); err != nil || len(got) != 2 || got[0] != Reserve {
+		t.Errorf("ParseStrategies = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "fast", "reserve,reserve", "reserve-sharded"} {
+		if _, err := ParseStrategies(bad); err == nil {
+			t.Errorf("ParseStrategies(%q) succeeded", bad)
+		}
+	}
+	if got, err := ParseIntervals("50ms, 1s"); err != nil || len(got) != 2 {
+		t.Errorf("ParseIntervals = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "fast", "0s", "2m", "1s,1s"} {
+		if _, err := ParseIntervals(bad); err == nil {
+			t.Errorf("ParseIntervals(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	runs := plan([]Strategy{Reserve, Exact, Optimistic}, []time.Duration{time.Second, 50 * time.Millisecond})
+	want := []run{{Reserve, time.Second}, {Reserve, 50 * time.Millisecond}, {strategy: Exact}, {Optimistic, time.Second}, {Optimistic, 50 * time.Millisecond}}
+	if len(runs) != len(want) {
+		t.Fatalf("plan = %v, want %v", runs, want)
+	}
+	for i := range want {
+		if runs[i] != want[i] {
+			t.Errorf("plan[%d] = %v, want %v", i, runs[i], want[i])
+		}
+	}
+}
+
+func TestLocalShare(t *testing.T) {
+	tests := []struct {
+		limit hybridlimit.Limit
+		n     int
+		want  hybridlimit.Limit
+	}{
+		{hybridlimit.PerSecond(100), 8, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 13}},
+		{hybridlimit.PerSecond(100), 1, hybridlimit.PerSecond(100)},
+		{hybridlimit.PerSecond(3).WithBurst(1), 4, hybridlimit.Limit{Rate: 3, Period: 4 * time.Second, Burst: 1}},
+	}
+	for _, tt := range tests {
+		if got := localShare(tt.limit, tt.n); got != tt.want {
+			t.Errorf("localShare(%v, %d) = %+v, want %+v", tt.limit, tt.n, got, tt.want)
+		}
+	}
+}

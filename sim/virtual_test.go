@@ -1,0 +1,117 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+)
+
+// smallConfig is a report small enough for tests under the race detector:
+// about a thousand requests, every strategy, two intervals.
+func smallConfig() Config {
+	return Config{
+		Scenario:   small(Hotspot),
+		Strategies: Strategies(),
+		Intervals:  []time.Duration{50 * time.Millisecond, 200 * time.Millisecond},
+	}
+}
+
+// TestVirtual runs a small report twice, checks that the JSON is the same
+// byte for byte, and checks each strategy's result for sense. (Exact, one
+// script per request, is the costliest to run and has its own test.)
+func TestVirtual(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Strategies = []Strategy{Local, Optimistic, Reserve}
+	var out [2]bytes.Buffer
+	var rep *Report
+	for i := range out {
+		cfg.Parallel = i + 1 // the report must not depend on it either
+		var err error
+		rep, err = RunVirtual(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(&out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Errorf("two runs of the same seed differ:\n%s\n---\n%s", out[0].Bytes(), out[1].Bytes())
+	}
+	if len(rep.Results) != 5 { // local, and two intervals of two hybrids
+		t.Fatalf("%d results, want 5", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		t.Logf("%-16s over %.4f under %.4f worst %.4f cmds/decision %.4f by phase %v diag %+v", r.Label(), r.OvershootRatio, r.UndershootRatio,
+			r.WorstWindowOvershootRatio, r.RedisCmdsPerDecision, r.Diag.Phases, r.Diag)
+		if r.Decisions != rep.Results[0].Decisions || r.OracleAdmitted != rep.Results[0].OracleAdmitted {
+			t.Errorf("%s: %d decisions, oracle %d; every strategy must see the same stream", r.Label(), r.Decisions, r.OracleAdmitted)
+		}
+		if r.DecisionsPerSec != nil || r.DecisionP50NS != nil || r.DecisionP99NS != nil {
+			t.Errorf("%s: live-only fields set in virtual mode", r.Label())
+		}
+		switch r.Strategy {
+		case Local:
+			if r.RedisCmds != 0 {
+				t.Errorf("local sent %d Redis commands", r.RedisCmds)
+			}
+		case Reserve:
+			if r.Diag.Overspent != 0 || r.Diag.FallbackAllowed != 0 {
+				t.Errorf("%s: overspent %d, fallback allowed %d; want 0", r.Label(), r.Diag.Overspent, r.Diag.FallbackAllowed)
+			}
+			fallthrough
+		case Optimistic:
+			if r.RedisCmds == 0 || r.Diag.Phases[PhasePresence] == 0 {
+				t.Errorf("%s: commands by phase %v: want some, presence included", r.Label(), r.Diag.Phases)
+			}
+		}
+	}
+}
+
+// TestVirtualExactMatchesOracle is the oracle's self-check: the exact
+// strategy (one global/ Lua script per request, on miniredis) and the
+// oracle (local.Core per key) must make the same decisions.
+func TestVirtualExactMatchesOracle(t *testing.T) {
+	t.Parallel()
+	for _, w := range Workloads() {
+		cfg := Config{Scenario: small(w), Strategies: []Strategy{Exact}}
+		rep, err := RunVirtual(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rep.Results[0]
+		t.Logf("%s: %d decisions, %d admitted, oracle %d", w, r.Decisions, r.Admitted, r.OracleAdmitted)
+		if r.Admitted != r.OracleAdmitted || r.OvershootRatio != 0 || r.UndershootRatio != 0 || r.WorstWindowOvershootRatio != 0 {
+			t.Errorf("%s: exact admitted %d (over %v, under %v, worst window %v), oracle %d; want identical",
+				w, r.Admitted, r.OvershootRatio, r.UndershootRatio, r.WorstWindowOvershootRatio, r.OracleAdmitted)
+		}
+		if r.RedisCmdsPerDecision < 1 {
+			t.Errorf("%s: exact sent %v commands per decision, want at least 1", w, r.RedisCmdsPerDecision)
+		}
+		if r.Admitted == r.Decisions {
+			t.Errorf("%s: every request admitted: the scenario does not test the limit", w)
+		}
+	}
+}
+
+func TestVirtualRejectsBadConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no strategy":              {Scenario: small(Hotspot)},
+		"hybrid without intervals": {Scenario: small(Hotspot), Strategies: []Strategy{Reserve}},
+		"bad scenario":             {Scenario: Scenario{}, Strategies: []Strategy{Local}},
+		"negative rtt":             {Scenario: small(Hotspot), Strategies: []Strategy{Local}, RTT: -time.Second},
+	} {
+		if _, err := RunVirtual(context.Background(), cfg); err == nil {
+			t.Errorf("%s: RunVirtual succeeded", name)
+		}
+	}
+}
+
+func TestVirtualStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := RunVirtual(ctx, smallConfig()); err == nil {
+		t.Error("RunVirtual with a cancelled context succeeded")
+	}
+}
