@@ -58,13 +58,13 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 	r := &round{l: l, msgs: make([]message, 0, len(entries))}
 	for _, e := range entries {
 		e.mu.Lock()
-		e.flagged = false
 		if e.inflight || e.dead.Load() {
+			e.flagged = false
 			e.mu.Unlock()
 			continue
 		}
 		m, send := l.compose(now, e, final)
-		e.waiting = 0
+		e.flagged, e.waiting = false, 0
 		if send {
 			m.e = e
 			m.seq = l.seq.Add(1)
@@ -83,8 +83,10 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	consumed := e.consumed()
 	dt := now.Sub(e.lastAt)
 	rate := 0.0
-	if dt > 0 {
-		rate = float64(consumed-e.lastUsed) / dt.Seconds()
+	if used := consumed - e.lastUsed; used > 0 && dt > 0 {
+		// Over the time since consumption was last seen, not since the
+		// last round: one request on a quiet key is not a burst of demand.
+		rate = float64(used) / max(dt, now.Sub(e.usedAt)).Seconds()
 	}
 	switch {
 	case dt >= l.cfg.interval/2:
@@ -111,7 +113,9 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		m.value = consumed
 		e.sent = consumed
 		expiring := l.cfg.overshoot >= 0 && held > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
-		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring
+		// A flagged key found its allowance spent: ask for more even with
+		// nothing to report.
+		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring || e.flagged
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
