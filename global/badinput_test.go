@@ -72,9 +72,9 @@ func TestZeroLimiter(t *testing.T) {
 // TestBadInput checks that bad limits, costs, keys and times are errors
 // that name their cause, on every algorithm, before Redis is asked.
 func TestBadInput(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	ok := hybridlimit.PerSecond(10)
 	huge := int64(hybridlimit.MaxQuantity) + 1
 	tests := []struct {
@@ -130,9 +130,9 @@ func TestBadInput(t *testing.T) {
 // TestHugeLimit checks the largest limit Validate accepts is enforced, not
 // silently unlimited, and that a key made of binary bytes works.
 func TestHugeLimit(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	const q = hybridlimit.MaxQuantity
 	limit := hybridlimit.Limit{Rate: q, Period: 24 * time.Hour, Burst: q}
 	for _, alg := range algorithms {

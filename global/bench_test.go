@@ -22,7 +22,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			for _, par := range []int{1, 8} {
 				name := "alg=" + alg.String() + "/keys=" + strconv.Itoa(nkeys) + "/par=" + strconv.Itoa(par)
 				b.Run(name, func(b *testing.B) {
-					l, err := New(c, alg, WithPrefix(prefix(b)))
+					l, err := New(c, alg, WithPrefix(redistest.Prefix(b)))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -51,7 +51,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 // BenchmarkLimiterPeek measures the read-only path on one hot key.
 func BenchmarkLimiterPeek(b *testing.B) {
 	c := redistest.Standalone(b)
-	l, err := New(c, GCRA, WithPrefix(prefix(b)))
+	l, err := New(c, GCRA, WithPrefix(redistest.Prefix(b)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func BenchmarkLimiterPeek(b *testing.B) {
 // operation on one key.
 func BenchmarkConcurrencyAcquire(b *testing.B) {
 	c := redistest.Standalone(b)
-	cc, err := NewConcurrency(c, WithPrefix(prefix(b)))
+	cc, err := NewConcurrency(c, WithPrefix(redistest.Prefix(b)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 )
 
 func TestConcurrencyAcquireAt(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	cc, err := NewConcurrency(c, WithPrefix(p))
 	if err != nil {
 		t.Fatal(err)
@@ -70,9 +70,9 @@ func TestConcurrencyAcquireAt(t *testing.T) {
 }
 
 func TestConcurrencyBadInput(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	cc, err := NewConcurrency(c, WithPrefix(prefix(t)))
+	cc, err := NewConcurrency(c, WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +102,9 @@ func TestConcurrencyBadInput(t *testing.T) {
 // TestConcurrencyExpiry proves on the Redis clock that a lease nobody
 // releases frees its slot after its TTL.
 func TestConcurrencyExpiry(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	cc, err := NewConcurrency(c, WithPrefix(p))
 	if err != nil {
 		t.Fatal(err)
@@ -132,11 +132,11 @@ func TestConcurrencyExpiry(t *testing.T) {
 // acquire, so exactly MaxInFlight leases are granted; then they acquire and
 // release in a loop, and at no time hold more than MaxInFlight.
 func TestConcurrencyHammer(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	limit := ConcurrencyLimit{MaxInFlight: 50, LeaseTTL: time.Hour}
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
-			p := prefix(t)
+			p := redistest.Prefix(t)
 			var (
 				next, granted, held, peak atomic.Int64
 				wg                        sync.WaitGroup

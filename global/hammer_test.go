@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 const (
@@ -73,11 +74,11 @@ func skipNearWindowEnd(t *testing.T) {
 }
 
 func TestLimiterHammer(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	skipNearWindowEnd(t)
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
-			p := prefix(t)
+			p := redistest.Prefix(t)
 			for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, SlidingLog} {
 				t.Run(alg.String(), func(t *testing.T) {
 					const attempts = 2500

@@ -53,9 +53,9 @@ func run(t *testing.T, l *Limiter, key string, r row) {
 }
 
 func runTable(t *testing.T, alg Algorithm, rows []row) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	l, err := New(c, alg, WithPrefix(p))
 	if err != nil {
 		t.Fatal(err)

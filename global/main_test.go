@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -17,26 +16,6 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 var t0 = time.Unix(1_800_000_000, 0)
 
 const us = time.Microsecond
-
-// noLeaks fails the test if it leaves goroutines behind. It must be called
-// before the test makes clients: cleanups run last-in first-out, so the
-// check runs after the clients are closed.
-func noLeaks(tb testing.TB) {
-	tb.Helper()
-	opt := goleak.IgnoreCurrent()
-	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
-}
-
-// prefix returns a key prefix unique to the test. redistest.Prefix embeds
-// the test name, which can exceed the 64 bytes a Keyspace prefix allows;
-// then it keeps the tail (with its random part).
-func prefix(tb testing.TB) string {
-	p := redistest.Prefix(tb)
-	if len(p) > 64 {
-		p = "t:" + p[len(p)-62:]
-	}
-	return p
-}
 
 // topologies are the Redis deployments every Redis claim is proven on.
 var topologies = []struct {

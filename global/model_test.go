@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // The models below state each algorithm from its definition, in exact
@@ -189,7 +190,7 @@ var modelLimits = []hybridlimit.Limit{
 }
 
 func TestScriptsMatchModels(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })

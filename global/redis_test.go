@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/lua"
 )
 
@@ -17,12 +18,12 @@ var algorithms = []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, Slid
 // TestAllowRedisTime runs every algorithm on the Redis clock, on both
 // topologies, with keys that need escaping, and checks every key gets a TTL.
 func TestAllowRedisTime(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	limit := hybridlimit.PerHour(2)
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
 			c := top.dial(t)
-			p := prefix(t)
+			p := redistest.Prefix(t)
 			for _, alg := range algorithms {
 				l, err := New(c, alg, WithPrefix(p))
 				if err != nil {
@@ -84,11 +85,11 @@ func TestKeysShareSlot(t *testing.T) {
 // TestNoScriptRecovered empties the script cache of every server and
 // checks the next decisions still succeed.
 func TestNoScriptRecovered(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
 			c := top.dial(t)
-			p := prefix(t)
+			p := redistest.Prefix(t)
 			cc, err := NewConcurrency(c, WithPrefix(p))
 			if err != nil {
 				t.Fatal(err)
@@ -139,7 +140,7 @@ func flushScripts(t *testing.T, c redis.UniversalClient) {
 // TestUnavailable checks a dead server gives an error wrapping
 // ErrUnavailable, and a cancelled context gives ctx.Err().
 func TestUnavailable(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := New(c, GCRA)

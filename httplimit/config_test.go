@@ -242,7 +242,7 @@ func TestLoadConfigFile(t *testing.T) {
 // TestConfigMiddleware builds a middleware from the YAML config on a real
 // Redis and checks that each setting reaches the rules.
 func TestConfigMiddleware(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	c, err := ParseConfig([]byte(configYAML), YAML)
 	if err != nil {

@@ -7,32 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/httplimit/internal/sfv"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// noLeaks fails the test if it leaves goroutines behind. Call it first:
-// cleanups run last-in first-out, so the check runs after the others.
-func noLeaks(tb testing.TB) {
-	tb.Helper()
-	opt := goleak.IgnoreCurrent()
-	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
-}
-
-// prefix returns a key prefix unique to the test, at most 64 bytes as a
-// Keyspace wants.
-func prefix(tb testing.TB) string {
-	p := redistest.Prefix(tb)
-	if len(p) > 64 {
-		p = "t:" + p[len(p)-62:]
-	}
-	return p
-}
 
 // fakeLimiter answers with f, and records the keys it was asked about.
 type fakeLimiter struct {

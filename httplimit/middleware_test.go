@@ -25,7 +25,7 @@ import (
 // connection must not be mistaken for a denial.
 func newHybrid(t *testing.T, rdb hybridlimit.Redis) *hlsync.Limiter {
 	t.Helper()
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix(t)), hlsync.WithMaxWait(2*time.Second),
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second),
 		hlsync.WithSyncInterval(50*time.Millisecond, 0.1))
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +121,10 @@ func retryAfter(t *testing.T, r response) int64 {
 // TestMiddlewareRedis runs real HTTP round trips through the middleware
 // with a hybrid per-IP rule and an exact per-API-key rule on a real Redis.
 func TestMiddlewareRedis(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	hybrid := newHybrid(t, rdb)
-	exact, err := global.New(rdb, global.GCRA, global.WithPrefix(prefix(t)))
+	exact, err := global.New(rdb, global.GCRA, global.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +207,9 @@ func TestMiddlewareRedis(t *testing.T) {
 // TestMiddlewareShadowAndExempt: a shadow rule counts and never rejects;
 // exempt requests skip a rule.
 func TestMiddlewareShadowAndExempt(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	exact, err := global.New(rdb, global.SlidingWindow, global.WithPrefix(prefix(t)))
+	exact, err := global.New(rdb, global.SlidingWindow, global.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestMiddlewareShadowAndExempt(t *testing.T) {
 // connections returns ErrUnavailable; each rule's failure policy decides,
 // visibly in status, fields and counters.
 func TestMiddlewareRedisDown(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -315,9 +315,9 @@ func TestMiddlewareRedisDown(t *testing.T) {
 // TestMiddlewareHybridClosed: a closed hybrid limiter returns
 // sync.ErrClosed, which a FailClosed rule turns into a 503, counted by class.
 func TestMiddlewareHybridClosed(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	hybrid, err := hlsync.New(rdb, hlsync.WithPrefix(prefix(t)))
+	hybrid, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

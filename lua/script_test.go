@@ -10,16 +10,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
-
-func noLeaks(tb testing.TB) {
-	tb.Helper()
-	opt := goleak.IgnoreCurrent()
-	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
-}
 
 var topologies = []struct {
 	name string
@@ -52,7 +45,7 @@ func TestHeaders(t *testing.T) {
 // TestScriptsCompile loads every script into a real server, which compiles
 // it, and checks the server's SHA1 is the one EVALSHA will send.
 func TestScriptsCompile(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
 	for _, s := range All() {
 		if !strings.HasSuffix(s.Source(), mustFile(t, s.Name()+".lua")) || !strings.HasPrefix(s.Source(), mustFile(t, "preamble.lua")) {
@@ -96,7 +89,7 @@ func TestIsNoScript(t *testing.T) {
 // TestNoScript empties the script cache, then shows Run recovers while a
 // pipelined EvalSha reports NOSCRIPT that IsNoScript recognises.
 func TestNoScript(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
 			c := top.dial(t)
@@ -152,7 +145,7 @@ func flush(t *testing.T, c redis.UniversalClient) {
 // TestRedisTime checks a script left to its own clock uses Redis TIME, in
 // microseconds.
 func TestRedisTime(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
 	key := redistest.Prefix(t) + "{k}:tb"
 	args, err := Params{Rate: 1, PeriodUS: 60e6, Burst: 2, Cost: 1}.TokenBucketArgs()
@@ -181,7 +174,7 @@ func TestRedisTime(t *testing.T) {
 // TestMiniredis runs every script once on miniredis (gopher-lua, used by
 // the simulator) to show it needs nothing that only real Redis has.
 func TestMiniredis(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })

@@ -138,7 +138,7 @@ func TestCollectorOptions(t *testing.T) {
 
 // TestHybridCollectorRedis reads a real hybrid limiter on a real Redis.
 func TestHybridCollectorRedis(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	if len(p) > 64 {

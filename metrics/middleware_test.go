@@ -21,7 +21,7 @@ import (
 // real Redis and a local one, through real HTTP round trips, and compares
 // every series.
 func TestMiddlewareCollector(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	if len(p) > 64 {

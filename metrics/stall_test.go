@@ -22,7 +22,7 @@ import (
 // 503 and never held, and the metrics show why: the breaker is open and the
 // denials come from the failure policy.
 func TestStallVisible(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -33,7 +33,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
 		for _, f := range faults {
 			t.Run(fmt.Sprintf("%v/%s", mode, f.name), func(t *testing.T) {
-				noLeaks(t)
+				redistest.NoLeaks(t)
 				srv := redistest.StandaloneServer(t)
 				prefix := redistest.Prefix(t)
 				const burst, n = 2000, 3

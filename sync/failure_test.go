@@ -21,7 +21,7 @@ import (
 func TestFailurePolicies(t *testing.T) {
 	for _, policy := range []hlsync.FailurePolicy{hlsync.FallbackLocal, hlsync.FailOpen, hlsync.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
-			noLeaks(t)
+			redistest.NoLeaks(t)
 			srv := redistest.Start(t)
 			const interval, maxWait = 50 * time.Millisecond, 20 * time.Millisecond
 			// The recommended client: it honours context deadlines, so a

@@ -48,7 +48,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestAllowRejectsBadInput(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestAllowRejectsBadInput(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestRunStopsWithContext(t *testing.T) {
 }
 
 func TestWait(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -20,13 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// noLeaks checks, after every other cleanup of the test has run (limiters
-// closed, clients closed), that the test left no goroutine behind.
-func noLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 // frozen is a limit whose refill over a test is far below one token, so
 // the global budget of a test is exactly its burst.
@@ -132,7 +124,7 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 }
 
 func TestReserveNeverExceedsBudget(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	for _, tc := range []struct {
 		name string
 		rdb  func(t *testing.T) func() hybridlimit.Redis
@@ -210,7 +202,7 @@ func clients(t *testing.T, cluster bool) func() hybridlimit.Redis {
 }
 
 func TestOptimisticStaysWithinBound(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	const burst, n = 4000, 4
 	for _, tc := range []struct {
 		name   string
@@ -259,7 +251,7 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 // TestLowLimitIsExact checks the low-limit rule: a limit too small to lease
 // out admits exactly its budget across instances, no more and no fewer.
 func TestLowLimitIsExact(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	for _, cluster := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
 			newClient := clients(t, cluster)
@@ -280,7 +272,7 @@ func TestLowLimitIsExact(t *testing.T) {
 // TestColdKeysExact checks many keys each asked for a few times: every
 // key admits exactly its limit.
 func TestColdKeysExact(t *testing.T) {
-	noLeaks(t)
+	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	ls := newLimiters(t, 2, newClient, hlsync.WithPrefix(redistest.Prefix(t)))
 	limit := frozen(3)

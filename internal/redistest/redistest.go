@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // RequireEnv is the variable that turns a missing redis-server from a skip
@@ -432,4 +433,13 @@ func (s *Server) LogTail(n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// NoLeaks fails the test if it leaves goroutines behind. Call it first in
+// the test: cleanups run last-in first-out, so the check runs after every
+// later cleanup (limiters closed, clients closed).
+func NoLeaks(tb testing.TB) {
+	tb.Helper()
+	opt := goleak.IgnoreCurrent()
+	tb.Cleanup(func() { goleak.VerifyNone(tb, opt) })
 }
