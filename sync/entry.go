@@ -16,20 +16,24 @@ import (
 // the tokens this instance has admitted for the key in all are
 // issued - avail, with no counter on the request path but avail.
 type entry struct {
-	// The first cache line holds what a decision with allowance touches,
-	// and nothing else: avail, the only word it writes, and the words it
-	// reads, which the sync loop rewrites at most once a round. Entries
-	// are a multiple of 64 bytes long, so the allocator aligns them to a
-	// cache line and no other entry's words share this one.
-
 	// avail is the allowance left to spend locally. Requests subtract their
-	// cost and put it back if the result is negative.
-	avail      atomic.Int64
+	// cost and put it back if the result is negative. It is the only word
+	// a decision with allowance writes, and it has its cache line to
+	// itself: the words a decision only reads (the key, the limit, the
+	// last sync's figures) sit on the next line, which stays shared in
+	// every core's cache instead of bouncing with every write. Entries are
+	// a multiple of 64 bytes long, so the allocator aligns them to a cache
+	// line.
+	avail atomic.Int64
+	_     [56]byte
+
+	key        string
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
 	remaining  atomic.Int64                      // global tokens left as of the last sync
 	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
-	key        string
-	_          [16]byte
+	dead       atomic.Bool                       // evicted or replaced; look the key up again
+	synced     atomic.Bool                       // Redis has answered for this entry at least once
+	_          [14]byte
 
 	hash      uint64
 	group     int
@@ -38,8 +42,6 @@ type entry struct {
 	allowKey  string
 	epoch     int64        // first sequence number of this entry's messages
 	denyUntil atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
-	dead      atomic.Bool  // evicted or replaced; look the key up again
-	synced    atomic.Bool  // Redis has answered for this entry at least once
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
 	issued   int64         // allowance handed to avail in all
@@ -56,7 +58,7 @@ type entry struct {
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
 	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
-	_        [48]byte      // rounds the size up to 384 bytes, a multiple of 64 (TestEntryLayout)
+	_        [56]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
 }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that

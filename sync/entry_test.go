@@ -38,24 +38,23 @@ func TestEntrySettleCountsFromOneReading(t *testing.T) {
 	}
 }
 
-// TestEntryLayout checks what the hot path relies on: the words a decision
-// touches share the first cache line, and the size is a multiple of 64 so
-// that entries are allocated on cache-line boundaries.
+// TestEntryLayout checks what the hot path relies on: avail alone on the
+// first cache line, the words a decision reads together on the second,
+// and a size that is a multiple of 64 so entries start on a line.
 func TestEntryLayout(t *testing.T) {
 	var e entry
 	if size := unsafe.Sizeof(e); size%64 != 0 {
 		t.Errorf("entry is %d bytes, not a multiple of 64", size)
 	}
-	for name, off := range map[string]uintptr{
-		"avail": unsafe.Offsetof(e.avail), "limit": unsafe.Offsetof(e.limit),
-		"remaining": unsafe.Offsetof(e.remaining), "resetAfter": unsafe.Offsetof(e.resetAfter),
-		"key": unsafe.Offsetof(e.key) + unsafe.Sizeof(e.key) - 1,
-	} {
-		if off >= 64 {
-			t.Errorf("%s ends at offset %d, outside the first cache line", name, off)
-		}
+	if off := unsafe.Offsetof(e.key); off != 64 {
+		t.Errorf("key starts at %d, want 64: avail must have the first line alone", off)
 	}
-	if off := unsafe.Offsetof(e.hash); off != 64 {
-		t.Errorf("the first cold field starts at %d, want 64", off)
+	for name, end := range map[string]uintptr{
+		"limit": unsafe.Offsetof(e.limit) + 8, "remaining": unsafe.Offsetof(e.remaining) + 8,
+		"resetAfter": unsafe.Offsetof(e.resetAfter) + 8, "dead": unsafe.Offsetof(e.dead) + 1,
+	} {
+		if end > 128 {
+			t.Errorf("%s ends at %d, outside the second cache line", name, end)
+		}
 	}
 }
