@@ -2,6 +2,7 @@ package sync
 
 import (
 	"testing"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 )
@@ -44,5 +45,26 @@ func BenchmarkFastPathNoResult(b *testing.B) {
 				e.avail.Add(-1)
 			}
 		}
+	})
+}
+
+var sinkResult hybridlimit.Result
+
+func BenchmarkFastPathWithResult(b *testing.B) {
+	t := newTable()
+	e, _ := t.getOrInsert("hot", func() *entry { return &entry{key: "hot"} })
+	lim := hybridlimit.PerSecond(10)
+	e.limit.Store(&lim)
+	e.avail.Store(1 << 60)
+	b.RunParallel(func(pb *testing.PB) {
+		var r hybridlimit.Result
+		for pb.Next() {
+			if e := t.get("hot"); e != nil && *e.limit.Load() == lim {
+				if n := e.avail.Add(-1); n >= 0 {
+					r = hybridlimit.Result{Limit: lim, Allowed: true, Remaining: n + e.remaining.Load(), ResetAfter: time.Duration(e.resetAfter.Load())}
+				}
+			}
+		}
+		sinkResult = r
 	})
 }
