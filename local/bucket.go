@@ -20,12 +20,11 @@ import (
 // accept any time.Time, including made-up ones before that, and measure
 // them the same way (by wall clock when t carries no monotonic reading). The
 // implicit-time methods (Allow, Take, Tokens, Add, Set) read the clock
-// themselves, afresh on every attempt of their compare-and-swap loop, so no
-// decision is made on a reading older than the state it changes. And
-// out-of-order times cannot create tokens anyway: a time earlier than a
-// previous call's sees fewer tokens, never more (see Core), so a call whose
-// clock reading was overtaken by another's can only be refused, never
-// over-admitted; golang/go#71360 cannot happen here.
+// themselves: Allow once per call, the others afresh on every attempt of
+// their compare-and-swap loop. Out-of-order times cannot create tokens: a
+// time earlier than a previous call's sees fewer tokens, never more (see
+// Core), so a call whose clock reading was overtaken by another's can only
+// be refused, never over-admitted; golang/go#71360 cannot happen here.
 //
 // The limit of a Bucket is fixed; to change it, make a new Bucket, or use a
 // Table, which takes the limit on every call. A Bucket starts no goroutine.
@@ -87,10 +86,13 @@ func (b *Bucket) now() int64 { return since(b.base) }
 func (b *Bucket) at(t time.Time) int64 { return sub(t, b.base) }
 
 // Allow reports whether one token can be taken now, and takes it if so.
-// The clock is read on every attempt, inside the compare-and-swap loop.
+// The clock is read once, before the compare-and-swap loop: a reading that
+// grows stale while another goroutine wins the swap is earlier than the
+// truth, and an earlier time sees fewer tokens, never more (see Core), so
+// a retry needs no new reading (each costs about as much as the swap).
 func (b *Bucket) Allow() bool {
+	v := b.p.clock(b.now())
 	for {
-		v := b.p.clock(b.now())
 		old := b.tat.Load()
 		tat, ok := b.p.take(old, v, 1)
 		if !ok {
