@@ -239,7 +239,7 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 					stop.Store(true)
 					return
 				}
-				if n++; n%latencyEvery == 0 {
+				if n++; n%latencyEvery == 1 { // the first, then every 64th: a short run still has a sample
 					lats[w] = append(lats[w], int64(time.Since(t0)))
 				}
 				recs[w] = append(recs[w], liveRec{at: at, key: int32(key), inst: int16(inst), ok: ok})
