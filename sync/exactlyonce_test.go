@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -126,5 +125,3 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 		}
 	}
 }
-
-var _ = hybridlimit.PerSecond

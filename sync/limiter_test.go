@@ -2,9 +2,7 @@ package sync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -186,9 +184,6 @@ func TestReserveNeverExceedsBudget(t *testing.T) {
 		}
 	}
 }
-
-var _ = errors.Is
-var _ = math.Inf
 
 // clients returns a function making a new client per limiter on the
 // shared standalone server or cluster.

@@ -136,9 +136,6 @@ func (r *Round) Finish() { r.r.apply(r.r.l.cfg.clock.Now()) }
 // Messages returns the number of keys the round carries.
 func (r *Round) Messages() int { return len(r.r.msgs) }
 
-// Calls returns the number of script calls the round made.
-func (r *Round) Calls() int { return r.r.calls }
-
 // sweep returns the entries due for a sync or flagged, and evicts the idle.
 func (l *Limiter) sweep(now time.Time) (due []*entry) {
 	var idle []*entry

@@ -30,9 +30,8 @@ type message struct {
 // when the replies arrive. Preparing, sending and applying are separate
 // steps so that a simulator can put virtual time between them.
 type round struct {
-	l     *Limiter
-	msgs  []message
-	calls int
+	l    *Limiter
+	msgs []message
 }
 
 // pipelineCalls bounds the script calls in one pipeline, and
@@ -182,7 +181,6 @@ func (r *round) exec(ctx context.Context) error {
 		return nil
 	}
 	calls := r.batches()
-	r.calls = len(calls)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(pipelineParallel)
 	errs := make([]error, (len(calls)+pipelineCalls-1)/pipelineCalls)
