@@ -1,0 +1,61 @@
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	stdsync "sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CommandCalls returns, for every master reachable through cc, by address,
+// how many times the named commands (lower case, such as "evalsha") have
+// run there, from INFO commandstats. Tests take the difference of two
+// readings, so work done by others before the first one does not count.
+func CommandCalls(tb testing.TB, cc *redis.ClusterClient, commands ...string) map[string]int64 {
+	tb.Helper()
+	var mu stdsync.Mutex
+	calls := make(map[string]int64)
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		var n int64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range commands {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+					v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest+",", ',')], 10, 64)
+					n += v
+				}
+			}
+		}
+		mu.Lock()
+		calls[c.Options().Addr] = n
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("redistest: commandstats: %v", err)
+	}
+	return calls
+}
+
+// SlotOwners returns the address of the master that serves each slot, from
+// CLUSTER SLOTS.
+func SlotOwners(tb testing.TB, cc *redis.ClusterClient) map[int]string {
+	tb.Helper()
+	ranges, err := cc.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		tb.Fatalf("redistest: cluster slots: %v", err)
+	}
+	owners := make(map[int]string)
+	for _, r := range ranges {
+		for s := r.Start; s <= r.End; s++ {
+			owners[s] = r.Nodes[0].Addr
+		}
+	}
+	return owners
+}

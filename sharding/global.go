@@ -1,0 +1,322 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/global"
+)
+
+// Layout says how Global spreads a key over its parts.
+type Layout int
+
+const (
+	// Suffix splits the limit over the parts (Part for the token
+	// algorithms, Quota for the window ones); each request spends
+	// from one part, chosen round-robin, and falls over to the next when
+	// that one is dry. Works with every algorithm.
+	Suffix Layout = iota + 1
+	// Time gives each window of a FixedWindow limit to one part, the
+	// window's index modulo the shard count, with the whole limit: a
+	// window's requests all meet one counter, so decisions stay exact,
+	// and consecutive windows load consecutive slots. Time comes from the
+	// Global's clock, which every caller of a key must share.
+	Time
+)
+
+func (l Layout) String() string {
+	switch l {
+	case Suffix:
+		return "suffix"
+	case Time:
+		return "time"
+	}
+	return fmt.Sprintf("Layout(%d)", int(l))
+}
+
+// Global is an exact limiter (package global) whose keys may be split over
+// several hash slots. The shard count of each key comes from a function
+// the caller gives, the same in every process: 1 leaves a key whole, in
+// the very keys a plain global.Limiter with the same prefix uses. A key's
+// parts live under their own hash tags (Place), so changing a key's shard
+// count starts its parts afresh, as a new key would.
+//
+// In the Suffix layout a request of cost c can be admitted only by a part
+// whose burst holds c, so c may be at most the smallest part's burst. A
+// part that denied is remembered until its retry time and skipped, so a
+// key at its limit costs one Redis call per request, not one per part.
+// Result.Remaining of an admitted request is what its part has left, a
+// lower bound of the key's; Peek sums all parts.
+//
+// A Global is safe for concurrent use and starts no goroutines.
+type Global struct {
+	whole   *global.Limiter // keys of shard count 1
+	parts   *global.Limiter // the parts of split keys, under their own prefix
+	alg     global.Algorithm
+	layout  Layout
+	shards  func(key string, limit hybridlimit.Limit) int
+	clock   func() time.Time
+	split   func(limit hybridlimit.Limit, j, s int) hybridlimit.Limit // Part or Quota
+	next    atomic.Uint64
+	denials denials
+}
+
+// GlobalOption configures NewGlobal.
+type GlobalOption func(*globalConfig) error
+
+type globalConfig struct {
+	prefix string
+	clock  func() time.Time
+}
+
+// WithPrefix sets the key prefix, as global.WithPrefix: the whole keys use
+// prefix, the parts prefix + "sh:" (Suffix) or prefix + "st:" (Time).
+// Example: WithPrefix("api:").
+func WithPrefix(prefix string) GlobalOption {
+	return func(c *globalConfig) error { c.prefix = prefix; return nil }
+}
+
+// WithClock sets the clock of the Time layout and of remembered denials;
+// the default is time.Now. Example: WithClock(func() time.Time { return fake.Now() }).
+func WithClock(now func() time.Time) GlobalOption {
+	return func(c *globalConfig) error {
+		if now == nil {
+			return errors.New("sharding: nil clock")
+		}
+		c.clock = now
+		return nil
+	}
+}
+
+// Fixed returns a shard-count function that splits every key s ways, as
+// far as its limit allows (Fit).
+func Fixed(s int) func(string, hybridlimit.Limit) int {
+	return func(string, hybridlimit.Limit) int { return s }
+}
+
+// NewGlobal returns a Global running alg on rdb with the given layout;
+// shards gives each key's shard count (see Fixed), and must return the
+// same for a key in every process.
+func NewGlobal(rdb hybridlimit.Redis, alg global.Algorithm, layout Layout, shards func(key string, limit hybridlimit.Limit) int, opts ...GlobalOption) (*Global, error) {
+	if shards == nil {
+		return nil, errors.New("sharding: nil shard-count function")
+	}
+	switch layout {
+	case Suffix:
+	case Time:
+		if alg != global.FixedWindow {
+			return nil, fmt.Errorf("sharding: the time layout needs %s, not %s", global.FixedWindow, alg)
+		}
+	default:
+		return nil, fmt.Errorf("sharding: unknown layout %d", int(layout))
+	}
+	cfg := globalConfig{prefix: hybridlimit.DefaultPrefix, clock: time.Now}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("sharding: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	whole, err := global.New(rdb, alg, global.WithPrefix(cfg.prefix))
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	sub := "sh:"
+	if layout == Time {
+		sub = "st:"
+	}
+	parts, err := global.New(rdb, alg, global.WithPrefix(cfg.prefix+sub))
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	split := Part
+	if alg != global.TokenBucket && alg != global.GCRA {
+		split = Quota // a window's Period is its length: divide only what it admits
+	}
+	return &Global{whole: whole, parts: parts, alg: alg, layout: layout, shards: shards, split: split, clock: cfg.clock}, nil
+}
+
+// Shards returns the shard count key gets under limit: the configured one,
+// fitted to the limit, and 1 for an invalid configuration (reported as an
+// error by AllowN).
+func (g *Global) Shards(key string, limit hybridlimit.Limit) int {
+	s, err := g.count(key, limit)
+	if err != nil {
+		return 1
+	}
+	return s
+}
+
+func (g *Global) count(key string, limit hybridlimit.Limit) (int, error) {
+	if err := limit.Validate(); err != nil {
+		return 0, fmt.Errorf("sharding: %w", err)
+	}
+	s := g.shards(key, limit)
+	if err := CheckShards(s); err != nil {
+		return 0, err
+	}
+	if g.layout == Time {
+		return s, nil
+	}
+	return fit(limit, s, g.split), nil
+}
+
+// PartKey returns the key under which part j of s of key lives in the
+// parts' keyspace, for inspection and tests: a key whose escaped form hashes
+// into the j-th slice of the slot range (Place).
+func PartKey(key string, j, s int) string {
+	// Escaping commutes with appending the digits and dots of Place, so
+	// the global limiter's escaping of this key yields Place's tag.
+	placed := Place(hybridlimit.Escape(key), j, s)
+	return key + placed[len(hybridlimit.Escape(key)):]
+}
+
+// Allow is AllowN(ctx, key, limit, 1).
+func (g *Global) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	return g.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides a request of the given cost on key, as global.Limiter's
+// AllowN, spending from one part of a split key.
+func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	s, err := g.count(key, limit)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	if s == 1 && g.layout == Suffix {
+		return g.whole.AllowN(ctx, key, limit, cost)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sharding: %w", err)
+	}
+	if g.layout == Time {
+		now := g.clock()
+		j := int(now.UnixMicro() / limit.Period.Microseconds() % int64(s))
+		return g.parts.AllowAt(ctx, now, PartKey(key, j, s), limit, cost)
+	}
+	if smallest := g.split(limit, s-1, s); cost > smallest.Burst && cost <= limit.Burst {
+		return hybridlimit.Result{}, fmt.Errorf("sharding: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+			hybridlimit.ErrCostExceedsBurst, cost, smallest.Burst, limit, s)
+	}
+	start := int(g.next.Add(1) % uint64(s))
+	now := g.clock()
+	var retry time.Duration
+	for i := range s {
+		j := (start + i) % s
+		pk := PartKey(key, j, s)
+		if wait := g.denials.until(pk, cost, now); wait > 0 {
+			retry = minPositive(retry, wait)
+			continue
+		}
+		r, err := g.parts.AllowN(ctx, pk, g.split(limit, j, s), cost)
+		if err != nil {
+			return hybridlimit.Result{}, err
+		}
+		if r.Allowed {
+			r.Limit = limit
+			return r, nil
+		}
+		g.denials.note(pk, cost, now.Add(r.RetryAfter))
+		retry = minPositive(retry, r.RetryAfter)
+	}
+	return hybridlimit.Result{Limit: limit, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}, nil
+}
+
+// Peek reports the state of key summed over its parts: Remaining is the
+// sum, Allowed whether some part would admit one request, RetryAfter the
+// soonest a part will, ResetAfter the latest a part is full. The parts are
+// read concurrently, one call each.
+func (g *Global) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	s, err := g.count(key, limit)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	if s == 1 && g.layout == Suffix {
+		return g.whole.Peek(ctx, key, limit)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sharding: %w", err)
+	}
+	if g.layout == Time {
+		now := g.clock()
+		j := int(now.UnixMicro() / limit.Period.Microseconds() % int64(s))
+		return g.parts.PeekAt(ctx, now, PartKey(key, j, s), limit, 1)
+	}
+	rs := make([]hybridlimit.Result, s)
+	eg, ctx := errgroup.WithContext(ctx)
+	for j := range s {
+		eg.Go(func() error {
+			r, err := g.parts.Peek(ctx, PartKey(key, j, s), g.split(limit, j, s))
+			rs[j] = r
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return hybridlimit.Result{}, err
+	}
+	sum := hybridlimit.Result{Limit: limit}
+	for _, r := range rs {
+		sum.Remaining += r.Remaining
+		sum.Allowed = sum.Allowed || r.Allowed
+		if !r.Allowed {
+			sum.RetryAfter = minPositive(sum.RetryAfter, r.RetryAfter)
+		}
+		sum.ResetAfter = max(sum.ResetAfter, r.ResetAfter)
+	}
+	if sum.Allowed {
+		sum.RetryAfter = 0
+	}
+	return sum, nil
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 {
+		return b
+	}
+	return min(a, b)
+}
+
+// denials remembers, per part, when the last denial said its cost would
+// fit again, in a fixed number of slots: a slot holds one part at a time,
+// so forgetting a denial costs a Redis call, never a wrong answer. Exact
+// limiters never give tokens back, so no part admits a cost before the
+// time its denial of that cost named, nor a larger cost.
+type denials struct {
+	slots [256]struct {
+		mu    stdsync.Mutex
+		key   string
+		cost  int64
+		until time.Time
+	}
+}
+
+func (d *denials) slot(key string) int {
+	return int(hybridlimit.Slot(key)) % len(d.slots)
+}
+
+func (d *denials) note(key string, cost int64, until time.Time) {
+	s := &d.slots[d.slot(key)]
+	s.mu.Lock()
+	s.key, s.cost, s.until = key, cost, until
+	s.mu.Unlock()
+}
+
+// until returns how long the part named key is known to deny cost, or 0.
+func (d *denials) until(key string, cost int64, now time.Time) time.Duration {
+	s := &d.slots[d.slot(key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.key != key || cost < s.cost {
+		return 0
+	}
+	return s.until.Sub(now)
+}

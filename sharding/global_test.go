@@ -1,0 +1,290 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/sharding"
+)
+
+var topologies = []struct {
+	name string
+	dial func(testing.TB) redis.UniversalClient
+}{
+	{"standalone", func(tb testing.TB) redis.UniversalClient { return redistest.Standalone(tb) }},
+	{"cluster", func(tb testing.TB) redis.UniversalClient { return redistest.Cluster(tb) }},
+}
+
+func checkTTLs(tb testing.TB, c redis.UniversalClient, prefix string) {
+	tb.Helper()
+	noTTL, seen := redistest.KeysWithoutTTL(tb, c, prefix)
+	if seen == 0 {
+		tb.Errorf("no keys under %q: the TTL check saw nothing", prefix)
+	}
+	if len(noTTL) > 0 {
+		tb.Errorf("%d of %d keys have no TTL: %q", len(noTTL), seen, noTTL)
+	}
+}
+
+// TestGlobalSuffixExact hammers one split key from many goroutines, with
+// no refill to speak of: every algorithm admits exactly the burst, no more
+// (the parts add up to the limit) and no less (dry parts fall over to
+// their siblings).
+func TestGlobalSuffixExact(t *testing.T) {
+	redistest.NoLeaks(t)
+	algs := []global.Algorithm{global.GCRA, global.TokenBucket, global.FixedWindow, global.SlidingWindow, global.SlidingLog}
+	for _, topo := range topologies {
+		for _, alg := range algs {
+			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
+				rdb := topo.dial(t)
+				prefix := redistest.Prefix(t)
+				g, err := sharding.NewGlobal(rdb, alg, sharding.Suffix, sharding.Fixed(4), sharding.WithPrefix(prefix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				limit := hybridlimit.PerHour(1).WithBurst(203)
+				var admitted atomic.Int64
+				var wg stdsync.WaitGroup
+				for range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 40 {
+							r, err := g.Allow(context.Background(), "hot", limit)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if r.Allowed {
+								admitted.Add(1)
+								if r.Remaining < 0 || r.Remaining > limit.Burst {
+									t.Errorf("remaining %d", r.Remaining)
+								}
+							} else if r.RetryAfter <= 0 {
+								t.Errorf("denied with RetryAfter %v", r.RetryAfter)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				if got := admitted.Load(); got != limit.Burst {
+					t.Errorf("admitted %d of 320, want exactly %d", got, limit.Burst)
+				}
+				peek, err := g.Peek(context.Background(), "hot", limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if peek.Allowed || peek.Remaining != 0 || peek.RetryAfter <= 0 {
+					t.Errorf("Peek after exhaustion = %+v", peek)
+				}
+				checkTTLs(t, rdb, prefix)
+			})
+		}
+	}
+}
+
+// TestGlobalPeekSums spends from a split key and checks that Peek sums
+// what every part has left.
+func TestGlobalPeekSums(t *testing.T) {
+	rdb := redistest.Cluster(t)
+	prefix := redistest.Prefix(t)
+	g, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, sharding.Fixed(3), sharding.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.PerHour(1).WithBurst(30)
+	ctx := context.Background()
+	for range 7 {
+		if r, err := g.AllowN(ctx, "k", limit, 2); err != nil || !r.Allowed {
+			t.Fatalf("AllowN = %+v, %v", r, err)
+		}
+	}
+	r, err := g.Peek(ctx, "k", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Remaining != 30-14 || !r.Allowed || r.Limit != limit {
+		t.Errorf("Peek = %+v, want remaining 16 of the whole limit", r)
+	}
+	// A cost no part can hold is an error, not a silent denial.
+	if _, err := g.AllowN(ctx, "k", limit, 11); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
+		t.Errorf("cost 11 over parts of 10: err = %v", err)
+	}
+}
+
+// TestGlobalTimeLayout checks the time-sharded fixed window: each window
+// admits exactly the whole limit, and consecutive windows use the parts in
+// turn, on distinct slots.
+func TestGlobalTimeLayout(t *testing.T) {
+	rdb := redistest.Cluster(t)
+	prefix := redistest.Prefix(t)
+	var now atomic.Int64
+	now.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	g, err := sharding.NewGlobal(rdb, global.FixedWindow, sharding.Time, sharding.Fixed(3), sharding.WithPrefix(prefix), sharding.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.PerSecond(10)
+	ctx := context.Background()
+	for w := range 6 {
+		admitted := 0
+		for range 25 {
+			r, err := g.Allow(ctx, "t", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 10 {
+			t.Errorf("window %d admitted %d, want 10", w, admitted)
+		}
+		now.Add(int64(time.Second))
+	}
+	if _, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Time, sharding.Fixed(3)); err == nil {
+		t.Error("the time layout accepted GCRA")
+	}
+	checkTTLs(t, rdb, prefix)
+}
+
+// TestGlobalSpreadsOverMasters is the cluster proof: a key split 3 ways has
+// its parts on all three masters, and one hot key's commands spread over
+// the masters within 1.5x of each other, where unsplit they all land on
+// one.
+func TestGlobalSpreadsOverMasters(t *testing.T) {
+	cc := redistest.Cluster(t)
+	prefix := redistest.Prefix(t)
+	ks, err := hybridlimit.NewKeyspace(prefix + "sh:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := redistest.SlotOwners(t, cc)
+	masters := make(map[string]bool)
+	for _, a := range owners {
+		masters[a] = true
+	}
+	for _, s := range []int{2, 3, 4, 6} {
+		on := make(map[string]bool)
+		for j := range s {
+			name, err := ks.Key(sharding.PartKey("flash-sale", j, s), "gcra")
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot, err := cc.ClusterKeySlot(context.Background(), name).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			on[owners[int(slot)]] = true
+		}
+		if want := min(s, len(masters)); len(on) < want {
+			t.Errorf("%d parts on %d masters, want %d", s, len(on), want)
+		}
+	}
+
+	limit := hybridlimit.PerHour(100).WithBurst(100_000) // keys that outlive the test, for the TTL check
+	const requests = 3000
+	spread := func(shards int) []float64 {
+		g, err := sharding.NewGlobal(cc, global.GCRA, sharding.Suffix, sharding.Fixed(shards), sharding.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := redistest.CommandCalls(t, cc, "evalsha", "eval")
+		for range requests {
+			if r, err := g.Allow(context.Background(), "hot", limit); err != nil || !r.Allowed {
+				t.Fatalf("Allow = %+v, %v", r, err)
+			}
+		}
+		after := redistest.CommandCalls(t, cc, "evalsha", "eval")
+		var calls []float64
+		for addr, n := range after {
+			calls = append(calls, float64(n-before[addr]))
+		}
+		return calls
+	}
+	whole := spread(1)
+	split := spread(3)
+	t.Logf("script calls per master: whole %v, split 3 ways %v", whole, split)
+	if busiest := slicesMax(whole); busiest < 0.95*requests {
+		t.Errorf("unsplit: busiest master ran %.0f of %d calls, want all on one", busiest, requests)
+	}
+	if lo, hi := slicesMin(split), slicesMax(split); lo == 0 || hi/lo > 1.5 {
+		t.Errorf("split 3 ways: per-master calls %v, want within 1.5x", split)
+	}
+	checkTTLs(t, cc, prefix)
+}
+
+func slicesMax(v []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+func slicesMin(v []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
+
+func TestGlobalBadInput(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	if _, err := sharding.NewGlobal(nil, global.GCRA, sharding.Suffix, sharding.Fixed(2)); !errors.Is(err, hybridlimit.ErrNilClient) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, nil); err == nil {
+		t.Error("nil shard function accepted")
+	}
+	if _, err := sharding.NewGlobal(rdb, global.GCRA, 0, sharding.Fixed(2)); err == nil {
+		t.Error("layout 0 accepted")
+	}
+	if _, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, sharding.Fixed(2), sharding.WithPrefix("{bad")); err == nil {
+		t.Error("prefix with a brace accepted")
+	}
+	ctx := context.Background()
+	for _, s := range []int{0, -3, sharding.MaxShards + 1} {
+		g, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, sharding.Fixed(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Allow(ctx, "k", hybridlimit.PerSecond(10)); !errors.Is(err, sharding.ErrInvalidShards) {
+			t.Errorf("%d shards: err = %v", s, err)
+		}
+	}
+	g, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, sharding.Fixed(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		key   string
+		limit hybridlimit.Limit
+		cost  int64
+		want  error
+	}{
+		{"", hybridlimit.PerSecond(10), 1, hybridlimit.ErrInvalidKey},
+		{"k", hybridlimit.Limit{}, 1, hybridlimit.ErrInvalidLimit},
+		{"k", hybridlimit.PerSecond(-1), 1, hybridlimit.ErrInvalidLimit},
+		{"k", hybridlimit.PerSecond(10), 0, hybridlimit.ErrInvalidCost},
+		{"k", hybridlimit.PerSecond(10), -1, hybridlimit.ErrInvalidCost},
+		{"k", hybridlimit.PerSecond(10), 11, hybridlimit.ErrCostExceedsBurst},
+	}
+	for _, c := range cases {
+		if _, err := g.AllowN(ctx, c.key, c.limit, c.cost); !errors.Is(err, c.want) {
+			t.Errorf("AllowN(%q, %v, %d) = %v, want %v", c.key, c.limit, c.cost, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,9 @@
+package sharding_test
+
+import (
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
