@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 // maxFetches bounds how many batched fetches one decision takes part in
@@ -28,12 +29,20 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	if err := hybridlimit.CheckKey(key); err != nil {
 		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
 	}
+	shards, err := l.shardCount(key, limit)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	if cost > sharding.Part(limit, shards-1, shards).Burst {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst (%s split %d ways)",
+			hybridlimit.ErrCostExceedsBurst, cost, limit, shards)
+	}
 	if now.IsZero() {
 		now = l.cfg.clock.Now()
 	}
 	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
 	for fetches := 0; ; fetches++ {
-		e, err := l.entry(key, limit, now)
+		e, err := l.entry(key, limit, now, shards)
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
@@ -43,6 +52,13 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		e.avail.Add(cost)
 		if e.dead.Load() {
 			continue
+		}
+		if shards > 1 {
+			var r hybridlimit.Result
+			var done bool
+			if e, r, done = l.fallOver(e, limit, cost, now); done {
+				return r, nil
+			}
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
 			l.stats.deniedRemote.Add(1)
@@ -85,12 +101,77 @@ func denied(limit hybridlimit.Limit, retry time.Duration) hybridlimit.Result {
 // nanos returns t as nanoseconds since the limiter's base reading.
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
-// entry returns the live entry for key, creating it, or updating its limit.
-func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time) (*entry, error) {
+// fallOver looks beyond the home part of a split key when it has no
+// allowance: it spends from another part that holds some, or else returns
+// the first part, counting from home, that Redis has not reported empty,
+// to fetch for; when every part is empty it denies until the soonest one
+// refills.
+func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now time.Time) (*entry, hybridlimit.Result, bool) {
+	s := int(home.shards)
+	var target *entry
+	var soonest int64
+	for i := range s {
+		p := home
+		if i > 0 {
+			var err error
+			if p, err = l.part(home.owner, limit, now, (int(home.shard)+i)%s, s); err != nil {
+				continue // table full: make do with the parts there are
+			}
+			if n := p.avail.Add(-cost); n >= 0 {
+				return nil, l.admitted(p, limit, n), true
+			}
+			p.avail.Add(cost)
+		}
+		if until := p.denyUntil.Load(); until > l.nanos(now) {
+			if soonest == 0 || until < soonest {
+				soonest = until
+			}
+			continue
+		}
+		if target == nil {
+			target = p
+		}
+	}
+	if target == nil {
+		l.stats.deniedRemote.Add(1)
+		return nil, denied(limit, time.Duration(soonest-l.nanos(now))), true
+	}
+	return target, hybridlimit.Result{}, false
+}
+
+// entry returns the live entry for key, split into shards parts, creating
+// it or updating its limit: the entry of this instance's home part of a
+// split key.
+func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time, shards int) (*entry, error) {
+	j := 0
+	if shards > 1 {
+		j = sharding.Home(l.cfg.instanceID, key, shards)
+	}
+	return l.lookup(l.table, key, key, limit, now, j, shards)
+}
+
+// part returns the live entry of part j of s of key, which is not the home
+// part.
+func (l *Limiter) part(key string, limit hybridlimit.Limit, now time.Time, j, s int) (*entry, error) {
+	return l.lookup(l.parts, partName(key, j, s), key, limit, now, j, s)
+}
+
+func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, now time.Time, j, s int) (*entry, error) {
 	for {
-		if e := l.table.get(key); e != nil {
+		if e := t.get(name); e != nil {
 			if e.dead.Load() {
-				l.table.delete(e)
+				t.delete(e)
+				continue
+			}
+			if int(e.shards) != s {
+				// The key's shard count changed with its limit or the
+				// configuration: start afresh. What the old entry holds
+				// unspent goes unused, an undershoot of at most its lease.
+				e.mu.Lock()
+				e.dead.Store(true)
+				e.mu.Unlock()
+				t.delete(e)
+				l.tracked.Add(-1)
 				continue
 			}
 			if *e.limit.Load() != limit {
@@ -101,7 +182,7 @@ func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time) (*en
 		if l.tracked.Load() >= int64(l.cfg.maxKeys) {
 			return nil, fmt.Errorf("%w: %d", ErrTooManyKeys, l.cfg.maxKeys)
 		}
-		e, created := l.table.getOrInsert(key, func() *entry { return l.newEntry(key, limit, now) })
+		e, created := t.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, s) })
 		if created {
 			l.tracked.Add(1)
 		}
@@ -111,11 +192,19 @@ func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time) (*en
 	}
 }
 
-func (l *Limiter) newEntry(key string, limit hybridlimit.Limit, now time.Time) *entry {
-	bucket, ledger, allow := l.Keys(key)
+// newEntry returns the entry named name of part j of s of key.
+func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.Time, j, s int) *entry {
+	bucket, ledger, allow := l.PartKeys(key, j, s)
+	group := l.group(key)
+	if s > 1 {
+		group = sharding.Group(group, j, s, len(l.tags))
+	}
 	e := &entry{
-		key:       key,
-		group:     l.group(key),
+		key:       name,
+		owner:     key,
+		shard:     int32(j),
+		shards:    int32(s),
+		group:     group,
 		bucketKey: bucket,
 		ledgerKey: ledger,
 		allowKey:  allow,
@@ -125,7 +214,50 @@ func (l *Limiter) newEntry(key string, limit hybridlimit.Limit, now time.Time) *
 	}
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)
+	e.partLeft.Store(partLimit(e).Burst)
 	return e
+}
+
+// tableOf returns the table that holds e.
+func (l *Limiter) tableOf(e *entry) *table {
+	if e.key != e.owner {
+		return l.parts
+	}
+	return l.table
+}
+
+// each calls f for every tracked entry.
+func (l *Limiter) each(f func(*entry)) {
+	l.table.each(f)
+	l.parts.each(f)
+}
+
+// sumParts returns the tokens left in the global buckets of every part of
+// e's key, as of each part's last sync, a part this instance has not heard
+// of counting as full, and stores the sum where decisions report it.
+func (l *Limiter) sumParts(e *entry) {
+	s := int(e.shards)
+	limit := *e.limit.Load()
+	home := sharding.Home(l.cfg.instanceID, e.owner, s)
+	found := make([]*entry, 0, s)
+	var sum int64
+	for j := range s {
+		var p *entry
+		if j == home {
+			p = l.table.get(e.owner)
+		} else {
+			p = l.parts.get(partName(e.owner, j, s))
+		}
+		if p == nil || int(p.shards) != s {
+			sum += sharding.Part(limit, j, s).Burst
+			continue
+		}
+		sum += p.partLeft.Load()
+		found = append(found, p)
+	}
+	for _, p := range found {
+		p.remaining.Store(sum)
+	}
 }
 
 // flag asks for an early sync of e, adding cost to what it waits for.

@@ -29,13 +29,17 @@ type entry struct {
 
 	key        string
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
-	remaining  atomic.Int64                      // global tokens left as of the last sync
+	remaining  atomic.Int64                      // global tokens left as of the last sync, summed over the parts of a split key
 	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
 	dead       atomic.Bool                       // evicted or replaced; look the key up again
 	synced     atomic.Bool                       // Redis has answered for this entry at least once
 	_          [14]byte
 
 	hash      uint64
+	owner     string       // the caller's key; key is the table's name for it
+	shard     int32        // which part of a split key this entry spends (0 if whole)
+	shards    int32        // how many parts the key is split into (1 if whole)
+	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
 	group     int
 	bucketKey string
 	ledgerKey string
@@ -58,7 +62,7 @@ type entry struct {
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
 	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
-	_        [56]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
+	_        [24]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
 }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that

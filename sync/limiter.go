@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 // Errors a Limiter returns besides the shared ones of package hybridlimit.
@@ -51,6 +53,10 @@ type Limiter struct {
 	ks    hybridlimit.Keyspace
 	tags  []string // hash tag of each slot group
 	table *table
+	// parts holds the entries of split keys' parts other than this
+	// instance's home part, which is in table under the caller's key: a
+	// table of their own, so no caller's key can name one.
+	parts *table
 	// fallback enforces each instance's share while Redis cannot be asked.
 	fallback *local.Table
 	base     time.Time // the clock reading that nanosecond offsets count from
@@ -89,6 +95,9 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		}
 	}
 	cfg.finish()
+	if cfg.shards != nil && cfg.mode == Optimistic {
+		return nil, errors.New("sync: WithShards needs Reserve mode")
+	}
 	if cfg.instanceID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -108,6 +117,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		ks:       ks,
 		tags:     groupTags(cfg.groups),
 		table:    newTable(),
+		parts:    newTable(),
 		fallback: fb,
 		base:     cfg.clock.Now(),
 		presence: ks.Tagged("presence", "instances"),
@@ -149,8 +159,48 @@ func (l *Limiter) group(key string) int {
 // Keys returns the Redis keys of key's global bucket, of this instance's
 // ledger for it, and of its Optimistic allowances, for inspection and tests.
 func (l *Limiter) Keys(key string) (bucket, ledger, allowances string) {
-	tag := l.tags[l.group(key)]
-	return l.ks.Tagged(tag, "b:"+key), l.ks.Tagged(tag, "l:"+l.cfg.instanceID+":"+key), l.ks.Tagged(tag, "a:"+key)
+	return l.PartKeys(key, 0, 1)
+}
+
+// PartKeys is Keys for part j of a key split s ways (WithShards). Part j
+// lives in the slot group sharding.Group assigns it, and its key names
+// carry "#j.s" after the kind, so whole keys and the parts of every split
+// never share a name.
+func (l *Limiter) PartKeys(key string, j, s int) (bucket, ledger, allowances string) {
+	g, kind := l.group(key), ":"
+	if s > 1 {
+		g = sharding.Group(g, j, s, len(l.tags))
+		kind = "#" + strconv.Itoa(j) + "." + strconv.Itoa(s) + ":"
+	}
+	tag := l.tags[g]
+	return l.ks.Tagged(tag, "b"+kind+key), l.ks.Tagged(tag, "l"+kind+l.cfg.instanceID+":"+key), l.ks.Tagged(tag, "a"+kind+key)
+}
+
+// shardCount returns how many parts key is split into under limit: what
+// WithShards says, as far as the limit splits (sharding.Fit).
+func (l *Limiter) shardCount(key string, limit hybridlimit.Limit) (int, error) {
+	if l.cfg.shards == nil {
+		return 1, nil
+	}
+	s := l.cfg.shards(key, limit)
+	if err := sharding.CheckShards(s); err != nil {
+		return 0, fmt.Errorf("sync: key %q: %w", key, err)
+	}
+	return sharding.Fit(limit, s), nil
+}
+
+// partLimit returns the limit e's part enforces.
+func partLimit(e *entry) hybridlimit.Limit {
+	limit := *e.limit.Load()
+	if e.shards > 1 {
+		return sharding.Part(limit, int(e.shard), int(e.shards))
+	}
+	return limit
+}
+
+// partName is the name of part j of s of key in the parts table.
+func partName(key string, j, s int) string {
+	return strconv.Itoa(j) + "." + strconv.Itoa(s) + ":" + key
 }
 
 // InstanceID returns the name of this instance in Redis.

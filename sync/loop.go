@@ -139,7 +139,7 @@ func (r *Round) Messages() int { return len(r.r.msgs) }
 // sweep returns the entries due for a sync or flagged, and evicts the idle.
 func (l *Limiter) sweep(now time.Time) (due []*entry) {
 	var idle []*entry
-	l.table.each(func(e *entry) {
+	l.each(func(e *entry) {
 		e.mu.Lock()
 		if e.flagged || !now.Before(e.nextSync) {
 			due = append(due, e)
@@ -159,7 +159,7 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 		gone := l.idle(now, e) && e.evict()
 		e.mu.Unlock()
 		if gone {
-			l.table.delete(e)
+			l.tableOf(e).delete(e)
 			l.tracked.Add(-1)
 			l.stats.evictions.Add(1)
 			l.stats.evictedAdmitted.Add(uint64(e.issued)) // nothing held: all issued was admitted
@@ -244,7 +244,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		err = l.exclusive(func() error {
 			ran = true
 			var all []*entry
-			l.table.each(func(e *entry) { all = append(all, e) })
+			l.each(func(e *entry) { all = append(all, e) })
 			return l.roundOf(ctx, all, true)
 		})
 		if ctx.Err() != nil {

@@ -96,6 +96,7 @@ type config struct {
 	policy         FailurePolicy
 	overshoot      float64
 	lowLimit       float64
+	shards         func(key string, limit hybridlimit.Limit) int
 	logger         *slog.Logger
 	clock          Clock
 }
@@ -297,6 +298,29 @@ func WithLowLimitThreshold(tokens float64) Option {
 			return fmt.Errorf("sync: low-limit threshold %v is outside [0, 1e6]", tokens)
 		}
 		c.lowLimit = tokens
+		return nil
+	})
+}
+
+// WithShards splits hot keys over several hash slots (Reserve mode only):
+// shards returns how many parts a key gets, 1 for a whole key, at most
+// sharding.MaxShards, and must answer alike in every instance. A split
+// key's global bucket becomes that many buckets, each with its share of
+// the limit (sharding.Part) in a slot group of its own, spread over the
+// slot range and so over the masters of a cluster; each instance leases
+// from its home part (sharding.Home) and falls over to the others when it
+// runs dry, so the parts' traffic, and their load on Redis, spreads over
+// the instances. A request's cost must fit in one part's burst. Results
+// report Remaining summed over the parts. A key keeps its shard count while
+// it stays in memory under one limit; a change starts its parts afresh.
+// Example: WithShards(func(key string, _ hybridlimit.Limit) int {
+// if key == "sale" { return 4 }; return 1 }).
+func WithShards(shards func(key string, limit hybridlimit.Limit) int) Option {
+	return optionFunc(func(c *config) error {
+		if shards == nil {
+			return errors.New("sync: nil shard-count function")
+		}
+		c.shards = shards
 		return nil
 	})
 }

@@ -78,7 +78,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 
 // compose computes e's message. The caller holds e.mu.
 func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
-	limit := *e.limit.Load()
+	limit := partLimit(e)
 	consumed := e.consumed()
 	dt := now.Sub(e.lastAt)
 	rate := 0.0
@@ -368,7 +368,12 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 			l.stats.overspent.Add(uint64(over))
 		}
 	}
-	e.remaining.Store(remaining)
+	e.partLeft.Store(remaining)
+	if e.shards > 1 {
+		l.sumParts(e)
+	} else {
+		e.remaining.Store(remaining)
+	}
 	e.resetAfter.Store(int64(time.Duration(resetUS) * time.Microsecond))
 	e.nextSync = now.Add(l.nextInterval(e, m.limit))
 	if retryUS > 0 {
@@ -397,7 +402,7 @@ func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration 
 			d = max(runOut/2, l.tick())
 		}
 	}
-	if e.remaining.Load() < limit.Burst/10 && e.demand > 0 {
+	if e.partLeft.Load() < limit.Burst/10 && e.demand > 0 {
 		d = max(min(d, l.cfg.interval/2), l.tick())
 	}
 	return time.Duration(float64(d) * l.jitter(uint64(e.epoch)^uint64(e.acked)))

@@ -58,7 +58,7 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
 	admitted, outstanding := c.evictedAdmitted.Load(), int64(0)
-	l.table.each(func(e *entry) {
+	l.each(func(e *entry) {
 		e.mu.Lock()
 		held, consumed := e.snapshot()
 		e.mu.Unlock()

@@ -1,0 +1,220 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/sharding"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// partsLeft asks Redis for the whole tokens left in every part of a split
+// key, through the sync script with messages that grant nothing.
+func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, s int) []int64 {
+	t.Helper()
+	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := make([]int64, s)
+	for j := range s {
+		p := sharding.Part(limit, j, s)
+		bucket, ledger, allow := probe.PartKeys(key, j, s)
+		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
+			p.Rate, p.Period.Microseconds(), p.Burst, 1, 1, 0, 0, -1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := lua.DecodeInts(reply, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left[j] = v[1]
+	}
+	return left
+}
+
+func split(s int) hlsync.Option {
+	return hlsync.WithShards(func(key string, _ hybridlimit.Limit) int {
+		if key == "hot" {
+			return s
+		}
+		return 1
+	})
+}
+
+// TestShardedReserveExact splits a hot key 3 ways on the cluster and
+// hammers it from 4 instances: together they admit exactly the budget, and
+// after Close what they admitted plus what the parts hold is the budget.
+func TestShardedReserveExact(t *testing.T) {
+	redistest.NoLeaks(t)
+	newClient := clients(t, true)
+	prefix := redistest.Prefix(t)
+	const burst = 3000
+	limit := frozen(burst)
+	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0.1), split(3))
+	admitted, err := hammer(ls, 8, "hot", limit, burst, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := sum(admitted)
+	left := partsLeft(t, newClient(), prefix, "hot", limit, 3)
+	t.Logf("admitted %d of %d (per instance %v), left in the parts %v", total, burst, admitted, left)
+	if total != burst {
+		t.Errorf("admitted %d, want exactly the budget %d", total, burst)
+	}
+	if total+sum(left) != burst {
+		t.Errorf("admitted %d + left %v != %d: tokens lost or made", total, left, burst)
+	}
+	for _, l := range ls {
+		if s := l.Stats(); s.Overspent != 0 || s.FallbackAllowed != 0 {
+			t.Errorf("%s: Overspent %d, FallbackAllowed %d", l.InstanceID(), s.Overspent, s.FallbackAllowed)
+		}
+	}
+	noTTL, seen := redistest.KeysWithoutTTL(t, redistest.Cluster(t), prefix)
+	if seen == 0 || len(noTTL) > 0 {
+		t.Errorf("keys seen %d, without TTL %v", seen, noTTL)
+	}
+}
+
+// TestShardedSpreadsOverMasters is the cluster proof for the hybrid: a key
+// split 3 ways keeps its parts on the three masters, and the sync traffic
+// of one key over its limit spreads over them within 1.5x, where whole it
+// all goes to one.
+func TestShardedSpreadsOverMasters(t *testing.T) {
+	redistest.NoLeaks(t)
+	cluster := redistest.ClusterOf(t)
+	cc := cluster.Client(t)
+	owners := redistest.SlotOwners(t, cc)
+	probe, err := hlsync.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{2, 3, 4} {
+		on := make(map[string]bool)
+		for j := range s {
+			bucket, _, _ := probe.PartKeys("hot", j, s)
+			slot, err := cc.ClusterKeySlot(context.Background(), bucket).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			on[owners[int(slot)]] = true
+		}
+		if len(on) != min(s, 3) {
+			t.Errorf("%d parts on %d masters", s, len(on))
+		}
+	}
+
+	limit := hybridlimit.PerSecond(3000)
+	spread := func(shards int) []float64 {
+		prefix := redistest.Prefix(t)
+		ls := make([]*hlsync.Limiter, 6)
+		for i := range ls {
+			// No loop: Sync below runs the rounds, so the only scripts
+			// are the sync script's, not presence.
+			ls[i], err = hlsync.New(cluster.Client(t), hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1), split(shards))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := redistest.CommandCalls(t, cc, "evalsha", "eval")
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		var wg stdsync.WaitGroup
+		for _, l := range ls {
+			wg.Add(3)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					_ = l.Sync(ctx)
+					time.Sleep(12 * time.Millisecond)
+				}
+			}()
+			for range 2 {
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						if _, err := l.Allow(ctx, "hot", limit); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		after := redistest.CommandCalls(t, cc, "evalsha", "eval")
+		for _, l := range ls {
+			_ = l.Close(context.Background())
+		}
+		var calls []float64
+		for addr, n := range after {
+			calls = append(calls, float64(n-before[addr]))
+		}
+		return calls
+	}
+	whole := spread(1)
+	parts := spread(3)
+	t.Logf("sync script calls per master, one key over its limit, 6 instances: whole %v, split 3 ways %v", whole, parts)
+	if lo, hi := minOf(whole), maxOf(whole); hi == 0 || lo > 0.05*hi {
+		t.Errorf("whole key: calls per master %v, want all on one", whole)
+	}
+	if lo, hi := minOf(parts), maxOf(parts); lo == 0 || hi/lo > 1.5 {
+		t.Errorf("split 3 ways: calls per master %v, want within 1.5x", parts)
+	}
+}
+
+func minOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+func TestShardsBadConfig(t *testing.T) {
+	c := redistest.Standalone(t)
+	if _, err := hlsync.New(c, hlsync.WithShards(nil)); err == nil {
+		t.Error("nil shard function accepted")
+	}
+	if _, err := hlsync.New(c, hlsync.WithMode(hlsync.Optimistic), split(2)); err == nil {
+		t.Error("shards in Optimistic mode accepted")
+	}
+	for _, s := range []int{0, -1, sharding.MaxShards + 1} {
+		l, err := hlsync.New(c, split(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Allow(context.Background(), "hot", hybridlimit.PerSecond(100)); !errors.Is(err, sharding.ErrInvalidShards) {
+			t.Errorf("%d shards: err = %v", s, err)
+		}
+		_ = l.Close(context.Background())
+	}
+	l, err := hlsync.New(c, split(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if _, err := l.AllowN(context.Background(), "hot", hybridlimit.PerSecond(100), 26); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
+		t.Errorf("cost 26 over parts of 25: err = %v", err)
+	}
+}
