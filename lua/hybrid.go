@@ -7,4 +7,7 @@ var (
 	Sync = load("sync")
 	// Presence records a live instance and counts the live ones.
 	Presence = load("presence")
+	// Reshard moves a split key's parts from one layout to another, one
+	// step on one part per call.
+	Reshard = load("reshard")
 )

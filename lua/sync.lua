@@ -21,13 +21,19 @@
 --     is never below what it held when it sent the message (`held`), which
 --     the invariant above always leaves room for.
 --
+-- A bucket that a reshard closed (reshard.lua) holds instead a marker
+-- "m<shards>.<generation>" naming the key's current layout: a message to it
+-- changes nothing and its reply names the layout, where the instance moves
+-- its allowance and its next messages.
+--
 -- The bucket is a GCRA theoretical arrival time: a float of microseconds
 -- stored with 17 significant digits, since one token is period / rate
 -- microseconds, rarely a whole number. Whole tokens are counted with a
 -- tolerance of 1e-6 token against float rounding.
 --
 -- KEYS[3i-2]  global bucket of key i: string, the GCRA theoretical arrival
---             time in microseconds; absent means a full bucket.
+--             time in microseconds; absent means a full bucket; or a
+--             marker (see above).
 -- KEYS[3i-1]  ledger of key i for this instance: string "seq epoch total":
 --             the last applied sequence number, the epoch (first sequence
 --             number) of the instance's state for the key that wrote it, and
@@ -52,13 +58,15 @@
 --             held (report mode: allowance the instance held unspent when
 --                   it sent the message; -1 when it is closing and wants
 --                   none).
--- Reply: a flat array, five integers per key:
+-- Reply: a flat array, seven integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
 --             retry_us (time until one token is available; 0 if one is),
 --             reset_us (time until the bucket is full),
 --             allowance (report mode: tokens the instance may admit beyond
---                        value before its next report; reserve mode: 0).
+--                        value before its next report; reserve mode: 0),
+--             shards, generation (the layout a marker names; 0, 0 when the
+--                        bucket is open).
 local now = now_us()
 local ledger_ttl = int_arg(2)
 local reserve = ARGV[3] == 'r'
@@ -118,7 +126,13 @@ for i = 1, #KEYS / 3 do
   local base, value, budget, held = int_arg(a + 5), int_arg(a + 6), int_arg(a + 7), int_arg(a + 8)
   local interval = period / rate
   local tolerance = burst * interval
-  local tat = tonumber(redis.call('GET', bkey)) or now
+  local raw = redis.call('GET', bkey)
+  local moved_s, moved_gen = 0, 0
+  if raw and string.sub(raw, 1, 1) == 'm' then
+    local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
+    moved_s, moved_gen = tonumber(s), tonumber(g)
+  end
+  local tat = moved_s == 0 and tonumber(raw) or now
   if tat < now then tat = now end
   local function available()
     return math.floor((tolerance - (tat - now)) / interval + 1e-6)
@@ -131,7 +145,7 @@ for i = 1, #KEYS / 3 do
     lseq = tonumber(s)
     if tonumber(e) == epoch then total = tonumber(n) end
   end
-  local fresh = seq > lseq
+  local fresh = seq > lseq and moved_s == 0
   if fresh then
     if reserve and value < total then
       tat = math.max(now, tat - (total - value) * interval)
@@ -152,6 +166,7 @@ for i = 1, #KEYS / 3 do
     end
   end
   local remaining = math.max(0, available())
+  if moved_s > 0 then remaining = 0 end
   local allowance = 0
   if not reserve then
     if budget < 0 then
@@ -165,11 +180,14 @@ for i = 1, #KEYS / 3 do
     end
   end
   local retry = 0
-  if remaining < 1 then retry = math.ceil(tat - tolerance + interval - now) end
-  reply[5 * i - 4] = total
-  reply[5 * i - 3] = remaining
-  reply[5 * i - 2] = retry
-  reply[5 * i - 1] = math.ceil(tat - now)
-  reply[5 * i] = allowance
+  if remaining < 1 and moved_s == 0 then retry = math.ceil(tat - tolerance + interval - now) end
+  local r = 7 * (i - 1)
+  reply[r + 1] = total
+  reply[r + 2] = remaining
+  reply[r + 3] = retry
+  reply[r + 4] = math.ceil(tat - now)
+  reply[r + 5] = allowance
+  reply[r + 6] = moved_s
+  reply[r + 7] = moved_gen
 end
 return reply

@@ -53,7 +53,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if e.dead.Load() {
 			continue
 		}
-		if shards > 1 {
+		if e.shards > 1 {
+			if p := partOf(limit, int(e.shards)-1, int(e.shards)); cost > p.Burst {
+				// Split by a reshard after a request this large was last seen.
+				return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+					hybridlimit.ErrCostExceedsBurst, cost, p.Burst, limit, e.shards)
+			}
 			var r hybridlimit.Result
 			var done bool
 			if e, r, done = l.fallOver(e, limit, cost, now); done {
@@ -114,7 +119,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 		p := home
 		if i > 0 {
 			var err error
-			if p, err = l.part(home.owner, limit, now, (int(home.shard)+i)%s, s); err != nil {
+			if p, err = l.part(home.owner, limit, now, (int(home.shard)+i)%s, home.layout()); err != nil {
 				continue // table full: make do with the parts there are
 			}
 			if n := p.avail.Add(-cost); n >= 0 {
@@ -143,27 +148,36 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 // it or updating its limit: the entry of this instance's home part of a
 // split key.
 func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time, shards int) (*entry, error) {
-	j := 0
-	if shards > 1 {
-		j = sharding.Home(l.cfg.instanceID, key, shards)
+	at := layout{shards: shards}
+	return l.lookup(l.table, key, key, limit, now, l.home(key, at.shards), at)
+}
+
+// home returns the part of a key split s ways that this instance spends
+// first.
+func (l *Limiter) home(key string, s int) int {
+	if s == 1 {
+		return 0
 	}
-	return l.lookup(l.table, key, key, limit, now, j, shards)
+	return sharding.Home(l.cfg.instanceID, key, s)
 }
 
-// part returns the live entry of part j of s of key, which is not the home
-// part.
-func (l *Limiter) part(key string, limit hybridlimit.Limit, now time.Time, j, s int) (*entry, error) {
-	return l.lookup(l.parts, partName(key, j, s), key, limit, now, j, s)
+// part returns the live entry of part j of key in layout at, which is not
+// the home part.
+func (l *Limiter) part(key string, limit hybridlimit.Limit, now time.Time, j int, at layout) (*entry, error) {
+	return l.lookup(l.parts, partName(key, j, at), key, limit, now, j, at)
 }
 
-func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, now time.Time, j, s int) (*entry, error) {
+// lookup finds or creates the entry called name in t, of part j of key in
+// layout at. A home entry in a layout a reshard made stays as it is
+// whatever the configuration says: the key's layout is what Redis says.
+func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, now time.Time, j int, at layout) (*entry, error) {
 	for {
 		if e := t.get(name); e != nil {
 			if e.dead.Load() {
 				t.delete(e)
 				continue
 			}
-			if int(e.shards) != s {
+			if e.gen == 0 && int(e.shards) != at.shards {
 				// The key's shard count changed with its limit or the
 				// configuration: start afresh. What the old entry holds
 				// unspent goes unused, an undershoot of at most its lease.
@@ -182,7 +196,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 		if l.tracked.Load() >= int64(l.cfg.maxKeys) {
 			return nil, fmt.Errorf("%w: %d", ErrTooManyKeys, l.cfg.maxKeys)
 		}
-		e, created := t.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, s) })
+		e, created := t.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, at) })
 		if created {
 			l.tracked.Add(1)
 		}
@@ -192,19 +206,16 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 	}
 }
 
-// newEntry returns the entry named name of part j of s of key.
-func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.Time, j, s int) *entry {
-	bucket, ledger, allow := l.PartKeys(key, j, s)
-	group := l.group(key)
-	if s > 1 {
-		group = sharding.Group(group, j, s, len(l.tags))
-	}
+// newEntry returns the entry named name of part j of key in layout at.
+func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.Time, j int, at layout) *entry {
+	bucket, ledger, allow := l.partKeys(key, j, at)
 	e := &entry{
 		key:       name,
 		owner:     key,
 		shard:     int32(j),
-		shards:    int32(s),
-		group:     group,
+		shards:    int32(at.shards),
+		gen:       int32(at.gen),
+		group:     l.partGroup(key, j, at.shards),
 		bucketKey: bucket,
 		ledgerKey: ledger,
 		allowKey:  allow,
@@ -236,9 +247,10 @@ func (l *Limiter) each(f func(*entry)) {
 // e's key, as of each part's last sync, a part this instance has not heard
 // of counting as full, and stores the sum where decisions report it.
 func (l *Limiter) sumParts(e *entry) {
-	s := int(e.shards)
+	at := e.layout()
+	s := at.shards
 	limit := *e.limit.Load()
-	home := sharding.Home(l.cfg.instanceID, e.owner, s)
+	home := l.home(e.owner, s)
 	found := make([]*entry, 0, s)
 	var sum int64
 	for j := range s {
@@ -246,9 +258,9 @@ func (l *Limiter) sumParts(e *entry) {
 		if j == home {
 			p = l.table.get(e.owner)
 		} else {
-			p = l.parts.get(partName(e.owner, j, s))
+			p = l.parts.get(partName(e.owner, j, at))
 		}
-		if p == nil || int(p.shards) != s {
+		if p == nil || p.layout() != at {
 			sum += sharding.Part(limit, j, s).Burst
 			continue
 		}

@@ -39,6 +39,7 @@ type entry struct {
 	owner     string       // the caller's key; key is the table's name for it
 	shard     int32        // which part of a split key this entry spends (0 if whole)
 	shards    int32        // how many parts the key is split into (1 if whole)
+	gen       int32        // the layout's generation: 0 for the configured one, more after a reshard
 	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
 	group     int
 	bucketKey string
@@ -62,8 +63,11 @@ type entry struct {
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
 	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
-	_        [24]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
+	_        [16]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
 }
+
+// layout returns the layout of e's key that e belongs to.
+func (e *entry) layout() layout { return layout{int(e.shards), int(e.gen)} }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that
 // no request's subtraction brings it back, so every request on a stale

@@ -66,6 +66,9 @@ type Limiter struct {
 	rounds   singleflight.Group // keeps rounds from overlapping
 	wake     chan struct{}      // pokes the loop for an early round
 
+	heat heat     // sync messages per key, for automatic sharding
+	cool coolness // split keys' cooling, for automatic sharding
+
 	tracked atomic.Int64 // entries in table
 	stats   counters
 	breaker breaker
@@ -95,8 +98,8 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		}
 	}
 	cfg.finish()
-	if cfg.shards != nil && cfg.mode == Optimistic {
-		return nil, errors.New("sync: WithShards needs Reserve mode")
+	if (cfg.shards != nil || cfg.auto.Max > 0) && cfg.mode == Optimistic {
+		return nil, errors.New("sync: WithShards and WithAutoShards need Reserve mode")
 	}
 	if cfg.instanceID == "" {
 		var b [8]byte
@@ -159,18 +162,40 @@ func (l *Limiter) group(key string) int {
 // Keys returns the Redis keys of key's global bucket, of this instance's
 // ledger for it, and of its Optimistic allowances, for inspection and tests.
 func (l *Limiter) Keys(key string) (bucket, ledger, allowances string) {
-	return l.PartKeys(key, 0, 1)
+	return l.PartKeys(key, 0, 1, 0)
 }
 
-// PartKeys is Keys for part j of a key split s ways (WithShards). Part j
-// lives in the slot group sharding.Group assigns it, and its key names
-// carry "#j.s" after the kind, so whole keys and the parts of every split
-// never share a name.
-func (l *Limiter) PartKeys(key string, j, s int) (bucket, ledger, allowances string) {
+// PartKeys is Keys for part j of a key split s ways, in the given
+// generation of its layout (0 for the configured one, WithShards; more
+// after automatic resharding, WithAutoShards). Part j lives in the slot
+// group sharding.Group assigns it, and its key names carry "#j.s" (and
+// ".gen" after the first generation) after the kind, so whole keys and the
+// parts of every layout never share a name.
+func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, ledger, allowances string) {
+	return l.partKeys(key, j, layout{s, generation})
+}
+
+// Layout returns how this instance knows key to be split: into shards
+// parts, of the given layout generation; 1, 0 for a whole key or one it
+// does not track.
+func (l *Limiter) Layout(key string) (shards, generation int) {
+	if e := l.table.get(key); e != nil && !e.dead.Load() {
+		return int(e.shards), int(e.gen)
+	}
+	return 1, 0
+}
+
+// partKeys names the keys of part j of key in layout at; a generation
+// after the first adds ".gen" to the part's suffix.
+func (l *Limiter) partKeys(key string, j int, at layout) (bucket, ledger, allowances string) {
 	g, kind := l.group(key), ":"
-	if s > 1 {
-		g = sharding.Group(g, j, s, len(l.tags))
-		kind = "#" + strconv.Itoa(j) + "." + strconv.Itoa(s) + ":"
+	if at.shards > 1 || at.gen > 0 {
+		g = l.partGroup(key, j, at.shards)
+		kind = "#" + strconv.Itoa(j) + "." + strconv.Itoa(at.shards)
+		if at.gen > 0 {
+			kind += "." + strconv.Itoa(at.gen)
+		}
+		kind += ":"
 	}
 	tag := l.tags[g]
 	return l.ks.Tagged(tag, "b"+kind+key), l.ks.Tagged(tag, "l"+kind+l.cfg.instanceID+":"+key), l.ks.Tagged(tag, "a"+kind+key)
@@ -189,6 +214,14 @@ func (l *Limiter) shardCount(key string, limit hybridlimit.Limit) (int, error) {
 	return sharding.Fit(limit, s), nil
 }
 
+// partGroup returns the slot group of part j of s of key.
+func (l *Limiter) partGroup(key string, j, s int) int {
+	if s == 1 {
+		return l.group(key)
+	}
+	return sharding.Group(l.group(key), j, s, len(l.tags))
+}
+
 // partLimit returns the limit e's part enforces.
 func partLimit(e *entry) hybridlimit.Limit {
 	limit := *e.limit.Load()
@@ -198,9 +231,9 @@ func partLimit(e *entry) hybridlimit.Limit {
 	return limit
 }
 
-// partName is the name of part j of s of key in the parts table.
-func partName(key string, j, s int) string {
-	return strconv.Itoa(j) + "." + strconv.Itoa(s) + ":" + key
+// partName is the name of part j of key in layout at in the parts table.
+func partName(key string, j int, at layout) string {
+	return strconv.Itoa(j) + "." + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) + ":" + key
 }
 
 // InstanceID returns the name of this instance in Redis.

@@ -114,7 +114,7 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := lua.DecodeInts(reply, 5)
+	v, err := lua.DecodeInts(reply, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

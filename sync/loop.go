@@ -57,7 +57,7 @@ func (l *Limiter) loop(ctx context.Context) error {
 	defer close(l.done)
 	t := time.NewTicker(l.tick())
 	defer t.Stop()
-	var lastPresence time.Time
+	var lastPresence, lastReshard time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -78,6 +78,12 @@ func (l *Limiter) loop(ctx context.Context) error {
 			lastPresence = now
 		}
 		l.Sync(ctx)
+		if now.Sub(lastReshard) >= max(l.cfg.interval, time.Second) {
+			if err := l.Reshard(ctx); err != nil {
+				l.cfg.logger.Debug("sync: reshard", "err", err)
+			}
+			lastReshard = now
+		}
 	}
 }
 

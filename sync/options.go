@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 // Mode selects how a Limiter reconciles its local allowance with Redis.
@@ -97,6 +98,7 @@ type config struct {
 	overshoot      float64
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
+	auto           AutoShards
 	logger         *slog.Logger
 	clock          Clock
 }
@@ -325,6 +327,36 @@ func WithShards(shards func(key string, limit hybridlimit.Limit) int) Option {
 	})
 }
 
+// WithAutoShards splits hot keys automatically (Reserve mode only): a
+// key whose sync messages from all instances exceed a.Above per second is
+// split into a.Max parts (see WithShards for what a split key does), and
+// merged back to its configured layout after a.Hold below a.Below. Hot keys
+// are found by a fixed-size sketch of the messages each instance sends;
+// the layout lives in Redis, so every instance follows the one that moved
+// the key, and a move carries every token over: none is lost or made (see
+// docs/design.md). Example: WithAutoShards(sync.AutoShards{Max: 4, Above: 200}).
+func WithAutoShards(a AutoShards) Option {
+	return optionFunc(func(c *config) error {
+		if a.Max < 2 || a.Max > sharding.MaxShards {
+			return fmt.Errorf("sync: auto shards: max %d is outside [2, %d]", a.Max, sharding.MaxShards)
+		}
+		if !(a.Above > 0 && a.Above < 1e9) {
+			return fmt.Errorf("sync: auto shards: above %v is not a positive rate", a.Above)
+		}
+		if a.Below == 0 {
+			a.Below = a.Above / 4
+		}
+		if !(a.Below > 0 && a.Below < a.Above) {
+			return fmt.Errorf("sync: auto shards: below %v is outside (0, above)", a.Below)
+		}
+		if a.Hold < 0 {
+			return fmt.Errorf("sync: auto shards: negative hold %v", a.Hold)
+		}
+		c.auto = a
+		return nil
+	})
+}
+
 // WithLogger sends the limiter's few log lines (breaker switches, failed
 // rounds) to l. The default discards them. Example: WithLogger(slog.Default()).
 func WithLogger(l *slog.Logger) Option {
@@ -350,6 +382,9 @@ func WithClock(clk Clock) Option {
 }
 
 func (c *config) finish() {
+	if c.auto.Max > 0 && c.auto.Hold == 0 {
+		c.auto.Hold = max(40*c.interval, 30*time.Second)
+	}
 	if c.roundTimeout == 0 {
 		c.roundTimeout = c.interval
 	}

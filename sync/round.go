@@ -21,7 +21,7 @@ type message struct {
 	base  int64 // the ledger total as the instance last heard it
 	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
 	held  int64 // Optimistic: allowance unspent when the message was prepared
-	reply [5]int64
+	reply [7]int64
 	ok    bool
 }
 
@@ -65,6 +65,9 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 		m, send := l.compose(now, e, final)
 		e.flagged, e.waiting = false, 0
 		if send {
+			if l.cfg.auto.Max > 0 {
+				l.heat.add(e.owner)
+			}
 			m.e = e
 			m.seq = l.seq.Add(1)
 			e.inflight = true
@@ -258,9 +261,9 @@ func (l *Limiter) allowanceLife() time.Duration {
 // ledgerTTL is how long a ledger outlives its last message, in
 // milliseconds: long enough that no message still in flight can find it
 // gone, and a ledger that does lapse only costs a full-total resend.
-func (l *Limiter) ledgerTTL() int64 {
-	return max(time.Minute, 20*l.cfg.interval).Milliseconds()
-}
+func (l *Limiter) ledgerTTL() int64 { return l.ledgerTTLDuration().Milliseconds() }
+
+func (l *Limiter) ledgerTTLDuration() time.Duration { return max(time.Minute, 20*l.cfg.interval) }
 
 // pipeline sends calls in one pipeline and decodes the replies. Calls that
 // meet NOSCRIPT (a restarted or failed-over node) are sent again with EVAL,
@@ -300,12 +303,13 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 }
 
 func decodeInto(reply any, msgs []*message) error {
-	v, err := lua.DecodeInts(reply, 5*len(msgs))
+	n := len(msgs[0].reply)
+	v, err := lua.DecodeInts(reply, n*len(msgs))
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	for i, m := range msgs {
-		copy(m.reply[:], v[5*i:5*i+5])
+		copy(m.reply[:], v[n*i:n*i+n])
 		for _, x := range m.reply {
 			if x < 0 {
 				return fmt.Errorf("sync: %w: negative field in %v", lua.ErrMalformedReply, m.reply)
@@ -325,6 +329,7 @@ func (r *round) apply(now time.Time) {
 			break
 		}
 	}
+	var moved []*message
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		e := m.e
@@ -333,8 +338,15 @@ func (r *round) apply(now time.Time) {
 		e.unacked = !m.ok
 		if m.ok {
 			l.applyReply(now, e, m)
+			if m.reply[5] > 0 {
+				moved = append(moved, m)
+			}
 		}
 		e.mu.Unlock()
+	}
+	for _, m := range moved {
+		// The part is closed: the key lives in the layout its marker names.
+		l.move(m.e.owner, layout{int(m.reply[5]), int(m.reply[6])}, now)
 	}
 	l.stats.messages.Add(uint64(len(r.msgs)))
 }

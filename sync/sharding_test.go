@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	stdsync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 
 // partsLeft asks Redis for the whole tokens left in every part of a split
 // key, through the sync script with messages that grant nothing.
-func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, s int) []int64 {
+func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, s, gen int) []int64 {
 	t.Helper()
 	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"))
 	if err != nil {
@@ -25,13 +26,13 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	left := make([]int64, s)
 	for j := range s {
 		p := sharding.Part(limit, j, s)
-		bucket, ledger, allow := probe.PartKeys(key, j, s)
+		bucket, ledger, allow := probe.PartKeys(key, j, s, gen)
 		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
 			p.Rate, p.Period.Microseconds(), p.Burst, 1, 1, 0, 0, -1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := lua.DecodeInts(reply, 5)
+		v, err := lua.DecodeInts(reply, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestShardedReserveExact(t *testing.T) {
 		}
 	}
 	total := sum(admitted)
-	left := partsLeft(t, newClient(), prefix, "hot", limit, 3)
+	left := partsLeft(t, newClient(), prefix, "hot", limit, 3, 0)
 	t.Logf("admitted %d of %d (per instance %v), left in the parts %v", total, burst, admitted, left)
 	if total != burst {
 		t.Errorf("admitted %d, want exactly the budget %d", total, burst)
@@ -104,7 +105,7 @@ func TestShardedSpreadsOverMasters(t *testing.T) {
 	for _, s := range []int{2, 3, 4} {
 		on := make(map[string]bool)
 		for j := range s {
-			bucket, _, _ := probe.PartKeys("hot", j, s)
+			bucket, _, _ := probe.PartKeys("hot", j, s, 0)
 			slot, err := cc.ClusterKeySlot(context.Background(), bucket).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -217,4 +218,124 @@ func TestShardsBadConfig(t *testing.T) {
 	if _, err := l.AllowN(context.Background(), "hot", hybridlimit.PerSecond(100), 26); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
 		t.Errorf("cost 26 over parts of 25: err = %v", err)
 	}
+}
+
+// TestAutoShardsMoveEveryToken lets automatic sharding split a hot key and
+// merge it back while 4 instances spend its budget on the cluster: every
+// instance follows the layout in Redis, and across both moves no token is
+// lost or made: together they admit exactly the budget.
+func TestAutoShardsMoveEveryToken(t *testing.T) {
+	redistest.NoLeaks(t)
+	newClient := clients(t, true)
+	prefix := redistest.Prefix(t)
+	const budget = 20000
+	limit := frozen(budget)
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 40, Below: 30, Hold: 300 * time.Millisecond})
+	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1), auto)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 15s", what)
+			}
+		}
+	}
+	layouts := func() (shards []int) {
+		for _, l := range ls {
+			s, _ := l.Layout("hot")
+			shards = append(shards, s)
+		}
+		return shards
+	}
+	agree := func(want int) func() bool {
+		return func() bool {
+			for _, s := range layouts() {
+				if s != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	reshards := func() (n uint64) {
+		for _, l := range ls {
+			n += l.Stats().Reshards
+		}
+		return n
+	}
+
+	// Hot: demand from every instance until the key is split 3 ways and
+	// every instance knows it.
+	ctx, cancel := context.WithCancel(context.Background())
+	var admitted [4]int64
+	var wg stdsync.WaitGroup
+	for i, l := range ls {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if r, err := l.Allow(ctx, "hot", limit); err == nil && r.Allowed {
+						atomicAdd(&admitted[i], 1)
+					}
+				}
+			}()
+		}
+	}
+	waitFor("split", agree(3))
+	cancel()
+	wg.Wait()
+	afterSplit := reshards()
+	t.Logf("split after %d admitted; layouts %v", sumArr(admitted[:]), layouts())
+
+	// Cool: a trickle, a request per instance every half second, keeps
+	// the key tracked until it is merged back.
+	var last time.Time
+	waitFor("merge", func() bool {
+		if time.Since(last) > 500*time.Millisecond {
+			for _, l := range ls {
+				_, _ = l.Allow(context.Background(), "hot", limit)
+			}
+			last = time.Now()
+		}
+		return reshards() > afterSplit && agree(1)()
+	})
+	rest, err := hammer(ls, 8, "hot", limit, budget, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total, moves uint64
+	for _, l := range ls {
+		s := l.Stats()
+		total += s.Admitted
+		moves += s.Moves
+		if s.Overspent != 0 || s.FallbackAllowed != 0 {
+			t.Errorf("%s: Overspent %d, FallbackAllowed %d", l.InstanceID(), s.Overspent, s.FallbackAllowed)
+		}
+	}
+	t.Logf("admitted %d of %d (last phase %v), %d reshards, %d moves", total, budget, rest, reshards(), moves)
+	if total != budget {
+		t.Errorf("admitted %d over a split and a merge, want exactly the budget %d", total, budget)
+	}
+	if moves < 8 {
+		t.Errorf("%d moves, want every instance moved twice", moves)
+	}
+	noTTL, seen := redistest.KeysWithoutTTL(t, redistest.Cluster(t), prefix)
+	if seen == 0 || len(noTTL) > 0 {
+		t.Errorf("keys seen %d, without TTL %v", seen, noTTL)
+	}
+}
+
+func atomicAdd(p *int64, n int64) { atomic.AddInt64(p, n) }
+
+func sumArr(v []int64) (s int64) {
+	for _, x := range v {
+		s += atomic.LoadInt64(&x)
+	}
+	return s
 }

@@ -11,6 +11,7 @@ type counters struct {
 	deniedRemote, deniedLocal                                  atomic.Uint64
 	failOpen, failClosed, fallbackAllowed, fallbackDenied      atomic.Uint64
 	overspent, evictions                                       atomic.Uint64
+	reshards, moves                                            atomic.Uint64
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
@@ -38,8 +39,12 @@ type Stats struct {
 	// Overspent counts tokens admitted beyond what Redis granted; only a
 	// ledger lost with tokens in it can cause that. It should stay 0.
 	Overspent uint64
-	Evictions uint64        // idle keys dropped from memory
-	LastRound time.Duration // how long the last background round took
+	Evictions uint64 // idle keys dropped from memory
+	// Reshards counts the keys this instance split or merged back
+	// (WithAutoShards); Moves the keys it moved to a new layout, its own
+	// reshards and those it heard of from Redis.
+	Reshards, Moves uint64
+	LastRound       time.Duration // how long the last background round took
 	// Admitted is the cost admitted from allowance, all keys, since New.
 	Admitted uint64
 	// Outstanding is the allowance held unspent now, all keys: tokens
@@ -94,6 +99,8 @@ func (l *Limiter) Stats() Stats {
 		BreakerCloses:   l.breaker.closes.Load(),
 		Overspent:       c.overspent.Load(),
 		Evictions:       c.evictions.Load(),
+		Reshards:        c.reshards.Load(),
+		Moves:           c.moves.Load(),
 		LastRound:       time.Duration(c.lastRound.Load()),
 	}
 }

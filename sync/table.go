@@ -151,8 +151,9 @@ func (t *table) delete(e *entry) {
 	}
 }
 
-// replace stores next in the slot of prev, for a key whose limit changed.
+// replace stores next, an entry of the same key, in the slot of prev.
 func (t *table) replace(prev, next *entry) {
+	next.hash = prev.hash
 	s := &t.shards[prev.hash%tableShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()

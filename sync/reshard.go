@@ -1,0 +1,299 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/sharding"
+)
+
+// layout is how a key is split: into shards parts, of generation gen.
+// Generation 0 is the configured layout (WithShards, else whole); each
+// reshard makes the next generation, under fresh key names, and leaves in
+// the buckets of the layout it replaces a marker naming the new one, which
+// is how every instance learns of it at its next message.
+type layout struct{ shards, gen int }
+
+func (at layout) marker() string { return "m" + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) }
+
+// AutoShards configures automatic sharding (WithAutoShards): a key whose
+// sync messages, from all instances, exceed Above per second is split into
+// Max parts; a split key below Below per second for Hold goes back to its
+// configured layout.
+type AutoShards struct {
+	// Max is the number of parts of a hot key, 2 to sharding.MaxShards.
+	Max int
+	// Above is the message rate, per second over all instances (this
+	// instance's rate times the live instances), that makes a key hot.
+	Above float64
+	// Below is the rate under which a split key cools; default Above/4.
+	Below float64
+	// Hold is how long a key must stay cool before it is merged back;
+	// default 40 sync intervals, at least 30 seconds.
+	Hold time.Duration
+}
+
+// ErrReshardRace is returned by a reshard that found the key's layout
+// changed by another instance (or its view of it stale): nothing moved.
+var ErrReshardRace = errors.New("sync: key resharded meanwhile")
+
+// Reshard runs automatic sharding once: it splits the keys the last
+// check window found hot and merges back the split keys that stayed cool.
+// The loop calls it every second; call it yourself only to drive a Limiter
+// without the loop. It does nothing without WithAutoShards.
+func (l *Limiter) Reshard(ctx context.Context) error {
+	if l.cfg.auto.Max == 0 {
+		return nil
+	}
+	now := l.cfg.clock.Now()
+	live := float64(max(l.live.Load(), 1))
+	hot, window := l.heat.take(now)
+	if window <= 0 {
+		return nil
+	}
+	var errs []error
+	for key, count := range hot {
+		rate := float64(count) / window.Seconds() * live
+		home := l.table.get(key)
+		if home == nil || home.dead.Load() || rate < l.cfg.auto.Above {
+			continue
+		}
+		limit := *home.limit.Load()
+		to := sharding.Fit(limit, l.cfg.auto.Max)
+		if from := home.layout(); to > from.shards {
+			l.cool.delete(key)
+			errs = append(errs, l.reshard(ctx, key, limit, from, layout{to, from.gen + 1}))
+		}
+	}
+	l.table.each(func(home *entry) {
+		if home.gen == 0 || home.dead.Load() {
+			return
+		}
+		key := home.owner
+		rate := float64(hot[key]) / window.Seconds() * live
+		since := l.cool.note(key, now, rate < l.cfg.auto.Below)
+		from := home.layout()
+		if since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
+			l.keepMarkers(ctx, key, *home.limit.Load(), from, now)
+			return
+		}
+		limit := *home.limit.Load()
+		s, err := l.shardCount(key, limit)
+		if err != nil {
+			return
+		}
+		l.cool.delete(key)
+		errs = append(errs, l.reshard(ctx, key, limit, from, layout{s, from.gen + 1}))
+	})
+	return errors.Join(errs...)
+}
+
+// markerLife is how long the markers of a moved key's configured layout
+// live without renewal: long enough for any instance to hear of the move,
+// and longer than the key's state in Redis (its refill time), so markers
+// outlive the state of an abandoned layout.
+func (l *Limiter) markerLife(limit hybridlimit.Limit) time.Duration {
+	return max(10*time.Minute, 2*limit.Refill()+l.ledgerTTLDuration())
+}
+
+// keepMarkers renews the markers of a split key's configured layout a
+// quarter of their life before they lapse: without them a new instance
+// would find that layout's buckets absent, which means full.
+func (l *Limiter) keepMarkers(ctx context.Context, key string, limit hybridlimit.Limit, at layout, now time.Time) {
+	life := l.markerLife(limit)
+	if !l.cool.renewDue(key, now, life/4) {
+		return
+	}
+	def, err := l.shardCount(key, limit)
+	if err != nil {
+		return
+	}
+	l.stepAll(ctx, key, layout{def, 0}, limit, "mark", at.marker(), life.Milliseconds(), nil)
+}
+
+// reshard moves key from layout from to layout to, holding a lock in Redis
+// so that one instance at a time does it:
+//
+//  1. open the new parts empty (absent would mean full);
+//  2. close the old parts, which hands back the tokens each held, less what
+//     it refilled since step 1 (the new parts refill from then on);
+//  3. credit those tokens to the new parts, in proportion to their bursts;
+//  4. point the markers of the configured layout, if it is not the old one,
+//     to the new layout.
+//
+// The allowance instances hold moves with them (see move). A failure after
+// step 2 leaves tokens uncredited: the key under-admits, never over.
+func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Limit, from, to layout) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*l.cfg.roundTimeout)
+	defer cancel()
+	lock := l.ks.Tagged(l.tags[l.group(key)], "r:"+key)
+	ok, _, err := l.step(ctx, lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "lock", l.cfg.instanceID, (4 * l.cfg.roundTimeout).Milliseconds())
+	if err != nil || !ok {
+		return errors.Join(ErrReshardRace, err)
+	}
+	defer l.step(context.WithoutCancel(ctx), lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "unlock", l.cfg.instanceID, 0)
+
+	var opened time.Time // the first new part's opening, by the Redis clock
+	if n, err := l.stepAll(ctx, key, to, limit, "open", "", 0, func(_ int, _ int64, at time.Time) {
+		if opened.IsZero() || at.Before(opened) {
+			opened = at
+		}
+	}); err != nil || n != to.shards {
+		return errors.Join(fmt.Errorf("%w: %s opened %d of %d new parts", ErrReshardRace, key, n, to.shards), err)
+	}
+	life := l.markerLife(limit).Milliseconds()
+	var held int64
+	closed, err := l.stepAll(ctx, key, from, limit, "close", to.marker(), life, func(j int, tokens int64, at time.Time) {
+		// What the part refilled after the new parts opened, they refill too.
+		part := partOf(limit, j, from.shards)
+		held += max(0, tokens-int64(part.TokensIn(at.Sub(opened))))
+	})
+	if closed == 0 {
+		return errors.Join(fmt.Errorf("%w: %s closed no old part", ErrReshardRace, key), err)
+	}
+	credits := spread(held, limit, to.shards)
+	for j, c := range credits {
+		if c > 0 {
+			if _, _, cerr := l.step(ctx, l.bucketOf(key, j, to), partOf(limit, j, to.shards), "credit", "", c); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}
+	if from.gen != 0 {
+		def, derr := l.shardCount(key, limit)
+		if derr == nil {
+			_, derr = l.stepAll(ctx, key, layout{def, 0}, limit, "mark", to.marker(), life, nil)
+		}
+		err = errors.Join(err, derr)
+	}
+	l.stats.reshards.Add(1)
+	l.cfg.logger.Info("sync: key resharded", "key", key, "from", from.shards, "to", to.shards, "generation", to.gen, "credited", held)
+	l.move(key, to, l.cfg.clock.Now())
+	return err
+}
+
+// stepAll runs op on every part of key in layout at and returns how many
+// changed their key; each reports its tokens and time to f.
+func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybridlimit.Limit, op, marker string, n int64, f func(j int, tokens int64, at time.Time)) (int, error) {
+	done := 0
+	var errs []error
+	for j := range at.shards {
+		ok, reply, err := l.step(ctx, l.bucketOf(key, j, at), partOf(limit, j, at.shards), op, marker, n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			done++
+			if f != nil {
+				f(j, reply[1], time.UnixMicro(reply[2]))
+			}
+		}
+	}
+	return done, errors.Join(errs...)
+}
+
+// step runs one reshard op on one bucket.
+func (l *Limiter) step(ctx context.Context, bucket string, part hybridlimit.Limit, op, marker string, n int64) (bool, []int64, error) {
+	reply, err := lua.Reshard.Run(ctx, l.rdb, []string{bucket}, 0, op, part.Rate, part.Period.Microseconds(), part.Burst, marker, n)
+	if err != nil {
+		return false, nil, fmt.Errorf("sync: reshard %s: %w", op, err)
+	}
+	v, err := lua.DecodeInts(reply, 3)
+	if err != nil {
+		return false, nil, fmt.Errorf("sync: reshard %s: %w", op, err)
+	}
+	return v[0] == 1, v, nil
+}
+
+func (l *Limiter) bucketOf(key string, j int, at layout) string {
+	b, _, _ := l.partKeys(key, j, at)
+	return b
+}
+
+// partOf is the limit of part j of s.
+func partOf(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
+	if s == 1 {
+		return limit
+	}
+	return sharding.Part(limit, j, s)
+}
+
+// spread divides tokens over s parts of limit in proportion to their
+// bursts, none above its burst.
+func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
+	out := make([]int64, s)
+	tokens = min(tokens, limit.Burst)
+	left := tokens
+	for j := range out {
+		b := partOf(limit, j, s).Burst
+		out[j] = min(b, tokens*b/limit.Burst)
+		left -= out[j]
+	}
+	for j := 0; left > 0; j = (j + 1) % s {
+		if out[j] < partOf(limit, j, s).Burst {
+			out[j]++
+			left--
+		}
+	}
+	return out
+}
+
+// move switches this instance's entries for key to layout to: a new home
+// entry takes the place of the old one, and the allowance the old layout's
+// entries hold unspent moves into it, with a ledger base that says so, so
+// that when it is handed back the new parts receive it. The caller runs no
+// round concurrently (moves happen between rounds), so no message of an
+// old entry is in flight.
+func (l *Limiter) move(key string, to layout, now time.Time) {
+	home := l.table.get(key)
+	if home == nil || home.dead.Load() {
+		return
+	}
+	from := home.layout()
+	if from == to || (from.gen != 0 && to.gen <= from.gen) {
+		return // already there, or a marker older than what we know
+	}
+	limit := *home.limit.Load()
+	next := l.newEntry(key, key, limit, now, l.home(key, to.shards), to)
+	l.table.replace(home, next)
+	var carried int64
+	for j := range from.shards {
+		e := home
+		if j != int(home.shard) {
+			if e = l.parts.get(partName(key, j, from)); e == nil {
+				continue
+			}
+			l.parts.delete(e)
+			l.tracked.Add(-1)
+		}
+		carried += retire(e)
+		l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
+	}
+	next.mu.Lock()
+	next.give(carried)
+	next.acked = carried // the base the new ledger starts from
+	next.mu.Unlock()
+	l.stats.moves.Add(1)
+}
+
+// retire takes all of e's unspent allowance and marks it dead, so that
+// decisions holding it look the key up again. It returns what it took.
+func retire(e *entry) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var took int64
+	for {
+		took += e.take(e.avail.Load())
+		if e.evict() {
+			return took
+		}
+		runtime.Gosched() // a decision is putting back a cost it could not pay
+	}
+}
