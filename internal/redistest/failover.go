@@ -1,0 +1,179 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Helpers for failover tests on a private cluster (NewCluster,
+// NewClusterWith). None of them is for the shared cluster: they change
+// which node is master.
+
+// ask runs f on a short-lived client to s, bounded by one second.
+func ask[T any](s *Server, f func(ctx context.Context, c *redis.Client) (T, error)) (T, error) {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return f(ctx, c)
+}
+
+func (c *ClusterServers) byAddr(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// slotsView returns the master serving slot and its healthy replicas as
+// node s sees them, from CLUSTER NODES (CLUSTER SLOTS hides replicas that
+// have not yet replicated a byte).
+func (c *ClusterServers) slotsView(s *Server, slot int) (master *Server, replicas []*Server, err error) {
+	text, err := ask(s, func(ctx context.Context, cl *redis.Client) (string, error) {
+		return cl.ClusterNodes(ctx).Result()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	type node struct {
+		addr, flags, master string
+		slots               []string
+	}
+	nodes := map[string]node{}
+	masterID := ""
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		n := node{addr: addr, flags: f[2], master: f[3], slots: f[8:]}
+		nodes[f[0]] = n
+		if strings.Contains(n.flags, "master") && !strings.Contains(n.flags, "fail") && servesSlot(n.slots, slot) {
+			masterID = f[0]
+		}
+	}
+	if masterID == "" {
+		return nil, nil, fmt.Errorf("slot %d not served (as %s sees it)", slot, s.Addr)
+	}
+	if master = c.byAddr(nodes[masterID].addr); master == nil {
+		return nil, nil, fmt.Errorf("slot %d served by unknown node %s", slot, nodes[masterID].addr)
+	}
+	for _, n := range nodes {
+		if n.master == masterID && strings.Contains(n.flags, "slave") && !strings.Contains(n.flags, "fail") {
+			if r := c.byAddr(n.addr); r != nil {
+				replicas = append(replicas, r)
+			}
+		}
+	}
+	return master, replicas, nil
+}
+
+// servesSlot reports whether the slot fields of a CLUSTER NODES line
+// ("0-5460", "5461", "[93->-id]" while migrating) cover slot.
+func servesSlot(fields []string, slot int) bool {
+	for _, f := range fields {
+		if strings.HasPrefix(f, "[") {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(f, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 == nil && err2 == nil && slot >= a && slot <= b {
+			return true
+		}
+	}
+	return false
+}
+
+// SlotOwner returns the master serving slot and its replicas, as the first
+// node that answers sees them.
+func (c *ClusterServers) SlotOwner(tb testing.TB, slot int) (master *Server, replicas []*Server) {
+	tb.Helper()
+	var lastErr error
+	for _, n := range c.Nodes {
+		m, r, err := c.slotsView(n, slot)
+		if err == nil {
+			return m, r
+		}
+		lastErr = err
+	}
+	tb.Fatalf("redistest: no node says who serves slot %d: %v", slot, lastErr)
+	return nil, nil
+}
+
+// Failover runs CLUSTER FAILOVER on replica, the manual failover that waits
+// for the replica to catch up with its master before they swap roles (no
+// acknowledged write is lost), and waits until every live node sees the
+// replica serve slot. It returns the time from the command until then.
+func (c *ClusterServers) Failover(tb testing.TB, replica *Server, slot int) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	if _, err := ask(replica, func(ctx context.Context, cl *redis.Client) (string, error) {
+		return cl.ClusterFailover(ctx).Result()
+	}); err != nil {
+		tb.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica.Addr, err)
+	}
+	c.WaitServes(tb, replica, slot, 15*time.Second)
+	return time.Since(start)
+}
+
+// WaitServes waits until s is master and every node that answers says s
+// serves slot and the cluster is ok, or fails the test after timeout.
+func (c *ClusterServers) WaitServes(tb testing.TB, s *Server, slot int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := c.serves(s, slot)
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: %s does not serve slot %d after %v: %s\n%s", s.Addr, slot, timeout, why, s.LogTail(20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serves returns why s is not (yet) the agreed master of slot, or "".
+func (c *ClusterServers) serves(s *Server, slot int) string {
+	role, err := ask(s, func(ctx context.Context, cl *redis.Client) (string, error) {
+		return cl.Info(ctx, "replication").Result()
+	})
+	if err != nil {
+		return err.Error()
+	}
+	if !strings.Contains(role, "role:master") {
+		return s.Addr + " is not master"
+	}
+	for _, n := range c.Nodes {
+		info, err := ask(n, func(ctx context.Context, cl *redis.Client) (string, error) {
+			return cl.ClusterInfo(ctx).Result()
+		})
+		if err != nil {
+			continue // a dead node
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return n.Addr + " says the cluster is not ok"
+		}
+		m, _, err := c.slotsView(n, slot)
+		if err != nil {
+			return err.Error()
+		}
+		if m != s {
+			return fmt.Sprintf("%s says %s serves slot %d", n.Addr, m.Addr, slot)
+		}
+	}
+	return ""
+}
