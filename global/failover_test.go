@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/lua"
 )
 
 // failoverNodeTimeout is the cluster-node-timeout of the private clusters
@@ -30,7 +31,8 @@ const failoverNodeTimeout = 500 * time.Millisecond
 // Bounds asserted:
 //   - (a) is loss-free: CLUSTER FAILOVER waits for the replica to catch up
 //     before the swap, and go-redis follows the MOVED replies, so no caller
-//     sees an error and the over-admission is 0.
+//     sees an error and the over-admission is 0. The new master starts
+//     with an empty script cache (NOSCRIPT, answered by the EVAL fallback).
 //   - (b) loses what the dead master acknowledged but had not yet streamed
 //     to its replica (asynchronous replication): the admissions of the last
 //     moments before the kill. The test asserts the over-admission is at
@@ -40,7 +42,7 @@ const failoverNodeTimeout = 500 * time.Millisecond
 //     negative Remaining) from the kill until the replica has taken over and
 //     the client has learnt it, which must happen within a few seconds.
 func TestFailover(t *testing.T) {
-	redistest.NoLeaks(t)
+	redistest.NoLeaksAfterKill(t)
 	cl := redistest.NewClusterWith(t, fmt.Sprintf("cluster-node-timeout %d", failoverNodeTimeout.Milliseconds()))
 	c := cl.Client(t)
 	p := redistest.Prefix(t)
@@ -110,6 +112,11 @@ func TestFailover(t *testing.T) {
 	master, replicas := cl.SlotOwner(t, slot)
 	if len(replicas) != 1 {
 		t.Fatalf("slot %d: master %s, replicas %v; want one replica", slot, master.Addr, replicas)
+	}
+	// The replica has never run a script (scripts replicate by their
+	// effects), so the new master meets EVALSHA with NOSCRIPT.
+	if ok, err := replicas[0].Client(t).ScriptExists(t.Context(), lua.GCRA.Hash(), lua.FixedWindow.Hash()).Result(); err != nil || ok[0] || ok[1] {
+		t.Fatalf("SCRIPT EXISTS on the replica = %v, %v; want an empty script cache", ok, err)
 	}
 	var took time.Duration
 	res, _ := runPhase(func() time.Time {

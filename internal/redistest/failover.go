@@ -177,3 +177,13 @@ func (c *ClusterServers) serves(s *Server, slot int) string {
 	}
 	return ""
 }
+
+// NoLeaksAfterKill is NoLeaks for tests that kill a server: go-redis probes
+// a dead node's address once a second until its client closes, and a probe
+// asleep at Close outlives it by up to a second, so the check waits that
+// out first.
+func NoLeaksAfterKill(tb testing.TB) {
+	tb.Helper()
+	NoLeaks(tb)
+	tb.Cleanup(func() { time.Sleep(1100 * time.Millisecond) })
+}
