@@ -187,3 +187,41 @@ func NoLeaksAfterKill(tb testing.TB) {
 	NoLeaks(tb)
 	tb.Cleanup(func() { time.Sleep(1100 * time.Millisecond) })
 }
+
+// FlushScripts empties the script cache of each server (SCRIPT FLUSH), as a
+// restart or a failover to a replica would. Only for servers a test owns.
+func FlushScripts(tb testing.TB, servers ...*Server) {
+	tb.Helper()
+	for _, s := range servers {
+		if _, err := ask(s, func(ctx context.Context, cl *redis.Client) (string, error) {
+			return cl.ScriptFlush(ctx).Result()
+		}); err != nil {
+			tb.Fatalf("redistest: SCRIPT FLUSH on %s: %v", s.Addr, err)
+		}
+	}
+}
+
+// ErrorReplies returns how many error replies of a kind (such as
+// "NOSCRIPT" or "OOM") the server has sent since it started, from INFO
+// errorstats: proof that a test reached the path it means to test.
+func (s *Server) ErrorReplies(tb testing.TB, kind string) int64 {
+	tb.Helper()
+	info, err := ask(s, func(ctx context.Context, cl *redis.Client) (string, error) {
+		return cl.Info(ctx, "errorstats").Result()
+	})
+	if err != nil {
+		tb.Fatalf("redistest: INFO errorstats on %s: %v", s.Addr, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+kind+":count=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			tb.Fatalf("redistest: INFO errorstats on %s: %q", s.Addr, line)
+		}
+		return n
+	}
+	return 0
+}
