@@ -225,3 +225,54 @@ func (s *Server) ErrorReplies(tb testing.TB, kind string) int64 {
 	}
 	return 0
 }
+
+// EvictAll makes the server evict every key under prefix, as memory
+// pressure would under an allkeys-* policy (which the test must have set):
+// it lowers maxmemory to a little above what the server uses, writes 10kB
+// filler values under "filler:" until no key under prefix is left, and
+// lifts the limit again. It returns the filler values written.
+func (s *Server) EvictAll(tb testing.TB, prefix string) int {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO memory: %v", err)
+	}
+	var used int64
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if used == 0 {
+		tb.Fatalf("redistest: no used_memory in INFO memory")
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+1<<20, 10)).Err(); err != nil {
+		tb.Fatalf("redistest: CONFIG SET maxmemory: %v", err)
+	}
+	filler := strings.Repeat("x", 10_000)
+	i := 0
+	for ; ; i++ {
+		if i%50 == 0 {
+			keys, err := c.Keys(ctx, prefix+"*").Result()
+			if err != nil {
+				tb.Fatalf("redistest: KEYS: %v", err)
+			}
+			if len(keys) == 0 {
+				break
+			}
+		}
+		if i == 5000 {
+			tb.Fatalf("redistest: keys under %q still there after 50MB of filler", prefix)
+		}
+		if err := c.Set(ctx, fmt.Sprintf("filler:%d", i), filler, 0).Err(); err != nil {
+			tb.Fatalf("redistest: filler: %v", err)
+		}
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		tb.Fatalf("redistest: CONFIG SET maxmemory: %v", err)
+	}
+	return i
+}
