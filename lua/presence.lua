@@ -9,12 +9,17 @@
 -- Reply:   the number of live instances, this one included when recorded.
 local now = now_us()
 local life = int_arg(3)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- The record is written first: out of memory under noeviction, Redis
+-- refuses a script at its first write that may grow memory (ZADD) but lets
+-- it through once an earlier write (ZREMRANGEBYSCORE) has run, and the
+-- hybrid limiter uses this script as the probe that tells its breaker Redis
+-- works again. It must fail whenever the sync script would.
 if ARGV[4] == '1' then
   redis.call('ZADD', KEYS[1], now + life, ARGV[2])
 else
   redis.call('ZREM', KEYS[1], ARGV[2])
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if n > 0 then
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')

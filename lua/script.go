@@ -39,8 +39,13 @@ func (s *Script) Hash() string { return s.rs.Hash() }
 // Run runs the script on c with EVALSHA, retried once with EVAL on
 // NOSCRIPT, and returns the raw reply for a decoder such as DecodeDecision.
 // c must execute commands as they are called: a client, not a pipeline.
+//
+// A failure that may mean a dead or demoted node makes a cluster client
+// re-read its slot map (see NoteError).
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, error) {
-	return s.rs.Run(ctx, c, keys, args...).Result()
+	reply, err := s.rs.Run(ctx, c, keys, args...).Result()
+	NoteError(c, err)
+	return reply, err
 }
 
 // EvalSha queues or sends EVALSHA without any fallback. Use it in
@@ -63,4 +68,36 @@ func IsNoScript(err error) bool {
 		return false
 	}
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// slotMapReloader is the part of a cluster client that re-reads the slot
+// map: go-redis's *redis.ClusterClient.
+type slotMapReloader interface {
+	ReloadState(ctx context.Context)
+}
+
+// NoteError asks c, if it is a cluster client, to re-read its slot map in
+// the background when err may mean the map is out of date: the connection
+// failed or timed out (the node may be dead, its replica promoted) or the
+// cluster said CLUSTERDOWN or MASTERDOWN (a failover in progress). go-redis
+// re-reads the map by itself only on a MOVED reply, which a dead node
+// never sends, or once a minute: without this, every call for the slots of
+// a killed master would fail for up to a minute after its replica took
+// over. go-redis coalesces the requests (one re-read at a time, at most
+// one every 200ms), so calling this on every failure is cheap.
+//
+// Errors Redis replied with (a script error, OOM, NOSCRIPT) and
+// cancellation say nothing about the topology and are ignored, as is a
+// client that is not a cluster client.
+func NoteError(c any, err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") && !redis.HasErrorPrefix(err, "MASTERDOWN") {
+		return
+	}
+	if r, ok := c.(slotMapReloader); ok {
+		r.ReloadState(context.Background())
+	}
 }

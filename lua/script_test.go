@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,6 +87,47 @@ func TestIsNoScript(t *testing.T) {
 			t.Errorf("IsNoScript(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
+}
+
+// replyError is an error reply from Redis, as go-redis types them.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// reloads counts the slot-map reloads NoteError asks for.
+type reloads struct{ n int }
+
+func (r *reloads) ReloadState(context.Context) { r.n++ }
+
+// TestNoteError checks which failures make a cluster client re-read its
+// slot map: those that can mean a dead or demoted node, not the errors
+// Redis replies with about the script or the data.
+func TestNoteError(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{refused, true},
+		{fmt.Errorf("wrapped: %w", refused), true},
+		{io.EOF, true},
+		{context.DeadlineExceeded, true},
+		{context.Canceled, false},
+		{replyError("CLUSTERDOWN The cluster is down"), true},
+		{replyError("MASTERDOWN Link with MASTER is down"), true},
+		{redis.ErrNoScript, false},
+		{replyError("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{replyError("ERR user_script:1: boom"), false},
+	} {
+		r := &reloads{}
+		NoteError(r, tt.err)
+		if got := r.n == 1; got != tt.want {
+			t.Errorf("NoteError(%v): reloaded %v, want %v", tt.err, got, tt.want)
+		}
+	}
+	NoteError(struct{}{}, io.EOF) // not a cluster client: nothing to do, no panic
 }
 
 // TestNoScript empties the script cache, then shows Run recovers while a

@@ -294,6 +294,8 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 		reply, err := cmd.Result()
 		if err == nil {
 			err = decodeInto(reply, calls[i].msgs)
+		} else {
+			lua.NoteError(l.rdb, err) // a dead master: learn who took over
 		}
 		if err != nil {
 			errs = append(errs, err)

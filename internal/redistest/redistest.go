@@ -277,8 +277,17 @@ func Cluster(tb testing.TB) *redis.ClusterClient {
 // that must not disturb the shared one), stopped when the test ends.
 func NewCluster(tb testing.TB) *ClusterServers {
 	tb.Helper()
+	return NewClusterWith(tb)
+}
+
+// NewClusterWith is NewCluster with extra config directives for every
+// node, after the defaults, so they override them: failover tests use
+// "cluster-node-timeout 500" to have a replica take over within a second
+// or so of its master's death.
+func NewClusterWith(tb testing.TB, directives ...string) *ClusterServers {
+	tb.Helper()
 	requireBinary(tb)
-	c, err := startClusterNodes()
+	c, err := startClusterNodes(directives...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
@@ -301,7 +310,7 @@ func startCluster() (*ClusterServers, error) {
 	return c, nil
 }
 
-func startClusterNodes() (*ClusterServers, error) {
+func startClusterNodes(directives ...string) (*ClusterServers, error) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		return nil, errors.New("redis-cli is not on PATH (it comes with redis-server)")
 	}
@@ -313,7 +322,8 @@ func startClusterNodes() (*ClusterServers, error) {
 		return nil, err
 	}
 	for range 6 {
-		n, err := start("cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000")
+		conf := append([]string{"cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000"}, directives...)
+		n, err := start(conf...)
 		if err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,274 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// The model below states the reserve mode of sync.lua from its definition,
+// as a token bucket rather than the script's theoretical arrival time: a
+// bucket level, exact as a rational, refilling continuously at one token
+// per interval up to the burst (a missing bucket is full); per key and
+// instance a ledger that applies a message only if its sequence number is
+// above the last applied one, and takes the instance's word (base) for the
+// total when the ledger is missing or of another epoch. A message asking
+// for more than the total is granted what whole tokens the bucket holds; one
+// asking for less hands the difference back. FuzzSyncScript plays random
+// sequences of messages, duplicated, held back and reordered, batched or
+// alone, with instance restarts, against both and requires identical
+// replies.
+//
+// Intervals are whole microseconds and the clock moves in steps that are
+// multiples of syncGrid, so the script's floats are exact and its 1e-6
+// tolerance never matters; the rounding of fractional intervals is left to
+// the integration tests. syncGrid also keeps every bucket TTL the script
+// sets (its state's life on the caller's clock) at half a second or more of
+// real time, far longer than a sequence runs, so Redis never expires a key
+// the model still holds.
+
+const syncGrid = 500_000 // us
+
+type syncLedger struct{ seq, epoch, total int64 }
+
+type syncBucket struct {
+	rate, periodUS, burst int64
+	level                 *big.Rat // nil: full
+	at                    int64
+	ledgers               map[string]syncLedger
+}
+
+func (b *syncBucket) tokens(now int64) *big.Rat {
+	full := rat(b.burst)
+	if b.level == nil {
+		return full
+	}
+	l := new(big.Rat).Add(b.level, new(big.Rat).SetFrac64((now-b.at)*b.rate, b.periodUS))
+	if l.Cmp(full) > 0 {
+		return full
+	}
+	return l
+}
+
+func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
+
+func ceilRat(r *big.Rat) int64 {
+	q := new(big.Int).Quo(r.Num(), r.Denom())
+	if r.Sign() > 0 && !r.IsInt() {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+func floorRat(r *big.Rat) int64 {
+	q := new(big.Int).Quo(r.Num(), r.Denom())
+	if r.Sign() < 0 && !r.IsInt() {
+		q.Sub(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// syncMsg is one reserve message of one instance about one key.
+type syncMsg struct {
+	key                     int
+	id                      string
+	seq, epoch, base, value int64
+}
+
+// apply runs one message at now and returns the reply the script must give:
+// total, remaining, retry_us, reset_us, allowance.
+func (b *syncBucket) apply(now int64, m syncMsg) [5]int64 {
+	level := b.tokens(now)
+	l, ok := b.ledgers[m.id]
+	total := m.base
+	if ok && l.epoch == m.epoch {
+		total = l.total
+	}
+	if !ok || m.seq > l.seq {
+		switch {
+		case m.value < total: // hand back
+			level.Add(level, rat(total-m.value))
+			if level.Cmp(rat(b.burst)) > 0 {
+				level = rat(b.burst)
+			}
+			total = m.value
+		case m.value > total: // whole tokens, as many as there are
+			grant := min(m.value-total, max(floorRat(level), 0))
+			level.Sub(level, rat(grant))
+			total += grant
+		}
+		b.ledgers[m.id] = syncLedger{m.seq, m.epoch, total}
+		b.level, b.at = level, now
+	}
+	interval := new(big.Rat).SetFrac64(b.periodUS, b.rate)
+	remaining := max(floorRat(level), 0)
+	var retry int64
+	if remaining < 1 {
+		retry = ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(1), level), interval))
+	}
+	reset := ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(b.burst), level), interval))
+	return [5]int64{total, remaining, retry, reset, 0}
+}
+
+// syncInstance is what an instance knows: its next sequence number, and
+// per key its epoch and the total Redis last acknowledged.
+type syncInstance struct {
+	id    string
+	epoch [2]int64
+	acked [2]int64
+	seq   *int64
+}
+
+func (in *syncInstance) compose(key int, delta int64) syncMsg {
+	*in.seq++
+	if in.epoch[key] == 0 {
+		in.epoch[key] = *in.seq
+		*in.seq++
+	}
+	return syncMsg{key: key, id: in.id, seq: *in.seq, epoch: in.epoch[key], base: in.acked[key], value: max(in.acked[key]+delta, 0)}
+}
+
+// syncLimits have whole-microsecond intervals that are multiples of syncGrid.
+var syncLimits = [][2][3]int64{ // per key: rate, period (us), burst
+	{{10, 10_000_000, 10}, {2, 1_000_000, 3}},
+	{{1, 500_000, 1}, {4, 8_000_000, 40}},
+	{{6, 60_000_000, 6}, {1, 1_000_000, 5}},
+}
+
+func FuzzSyncScript(f *testing.F) {
+	// A partial grant, a refill, then the same message again: applied
+	// twice it would be granted what refilled.
+	f.Add(uint8(0), []byte{1, 26, 1, 26, 0, 2, 4, 1})
+	// An older message arriving after a newer one that returned tokens.
+	f.Add(uint8(0), []byte{2, 26, 1, 22, 3, 0, 0, 1, 1, 26})
+	f.Add(uint8(0), []byte{1, 0x21, 1, 0x25, 0, 2, 1, 0x1d, 4, 0, 1, 0x03, 6, 0, 1, 0x31})
+	f.Add(uint8(1), []byte{2, 0x31, 2, 0x15, 3, 1, 3, 0, 4, 1, 5, 0, 0, 4, 1, 0x09})
+	f.Add(uint8(2), []byte{2, 0x40, 2, 0x41, 2, 0x42, 5, 0, 4, 2, 4, 0, 0, 3, 2, 0x07, 3, 0})
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := range 6 {
+		ops := make([]byte, 60)
+		for j := range ops {
+			ops[j] = byte(rng.IntN(256))
+		}
+		f.Add(uint8(i), ops)
+	}
+	c := redistest.Standalone(f)
+	f.Fuzz(func(t *testing.T, limits uint8, ops []byte) {
+		if len(ops) > 400 {
+			return // long inputs only slow the fuzzer down
+		}
+		ctx := context.Background()
+		prefix := redistest.Prefix(t)
+		lim := syncLimits[int(limits)%len(syncLimits)]
+		var buckets [2]*syncBucket
+		var keys [2][3]string
+		for k := range buckets {
+			buckets[k] = &syncBucket{rate: lim[k][0], periodUS: lim[k][1], burst: lim[k][2], ledgers: map[string]syncLedger{}}
+		}
+		keysOf := func(key int, id string) []string {
+			return []string{
+				fmt.Sprintf("%s{s}:b:k%d", prefix, key),
+				fmt.Sprintf("%s{s}:l:%s:k%d", prefix, id, key),
+				fmt.Sprintf("%s{s}:a:k%d", prefix, key),
+			}
+		}
+		for k := range keys {
+			copy(keys[k][:], keysOf(k, "")) // for the bucket key only
+		}
+		seq := int64(1_000)
+		instances := [2]*syncInstance{{id: "a", seq: &seq}, {id: "b", seq: &seq}}
+		now := int64(1_700_000_000_000_000) // a multiple of syncGrid
+		var held, sent []syncMsg
+		call := func(i int, msgs ...syncMsg) {
+			t.Helper()
+			if len(msgs) == 0 {
+				return
+			}
+			var ks []string
+			args := []any{now, 60_000, "r", msgs[0].id, 1_000}
+			for _, m := range msgs {
+				b := buckets[m.key]
+				ks = append(ks, keysOf(m.key, m.id)...)
+				args = append(args, b.rate, b.periodUS, b.burst, m.seq, m.epoch, m.base, m.value, -1, 0)
+			}
+			reply, err := Sync.Run(ctx, c, ks, args...)
+			if err != nil {
+				t.Fatalf("op %d: %v", i, err)
+			}
+			got, err := DecodeInts(reply, 5*len(msgs))
+			if err != nil {
+				t.Fatalf("op %d: %v", i, err)
+			}
+			for j, m := range msgs {
+				want := buckets[m.key].apply(now, m)
+				var g [5]int64
+				copy(g[:], got[5*j:])
+				if g != want {
+					t.Fatalf("op %d at +%dus, message %+v: script %v, model %v", i, now-1_700_000_000_000_000, m, g, want)
+				}
+				for _, in := range instances {
+					if in.id == m.id && in.epoch[m.key] == m.epoch {
+						in.acked[m.key] = g[0]
+					}
+				}
+				sent = append(sent, m)
+			}
+		}
+		for i := 0; i+1 < len(ops); i += 2 {
+			kind, arg := ops[i]%7, ops[i+1]
+			in := instances[arg&1]
+			key := int(arg>>1) & 1
+			delta := func() int64 {
+				b := buckets[key].burst
+				return int64(arg>>2)%(2*b+1) - b
+			}
+			switch kind {
+			case 0: // the clock moves
+				now += int64(arg%5) * syncGrid
+			case 1: // a message, delivered at once
+				call(i, in.compose(key, delta()))
+			case 2: // a message held back
+				held = append(held, in.compose(key, delta()))
+			case 3: // a held message arrives, out of order
+				if len(held) > 0 {
+					j := int(arg) % len(held)
+					m := held[j]
+					held = append(held[:j], held[j+1:]...)
+					call(i, m)
+				}
+			case 4: // a message delivered before arrives again
+				if len(sent) > 0 {
+					call(i, sent[int(arg)%len(sent)])
+				}
+			case 5: // the held messages of one instance, batched in one call
+				var batch, rest []syncMsg
+				for _, m := range held {
+					if m.id == in.id && len(batch) < 4 {
+						batch = append(batch, m)
+					} else {
+						rest = append(rest, m)
+					}
+				}
+				held = rest
+				call(i, batch...)
+			case 6: // the instance restarts: new epochs, nothing acknowledged
+				in.epoch, in.acked = [2]int64{}, [2]int64{}
+			}
+		}
+		noTTL, _ := redistest.KeysWithoutTTL(t, c, prefix)
+		if len(noTTL) > 0 {
+			t.Errorf("keys without TTL: %v", noTTL)
+		}
+		for k, b := range buckets {
+			if b.tokens(now).Cmp(rat(b.burst)) < 0 {
+				if n, err := c.Exists(ctx, keys[k][0]).Result(); err != nil || n != 1 {
+					t.Errorf("bucket %d holds %v of %d tokens, but its key is gone (%v)", k, b.tokens(now), b.burst, err)
+				}
+			}
+		}
+	})
+}
