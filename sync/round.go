@@ -180,6 +180,7 @@ func (r *round) exec(ctx context.Context) error {
 	if len(r.msgs) == 0 {
 		return nil
 	}
+	defer r.l.stats.observeRound(time.Now(), len(r.msgs))
 	calls := r.batches()
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(pipelineParallel)
@@ -293,6 +294,7 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 			err = decodeInto(reply, calls[i].msgs)
 		}
 		if err != nil {
+			l.stats.countError(err)
 			errs = append(errs, err)
 		}
 	}
