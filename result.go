@@ -17,7 +17,8 @@ type Result struct {
 	// Source says where the decision came from: local state, a Redis round
 	// trip made during the call, or the failure policy. SourceUnknown (the
 	// zero value) when the limiter does not say: the in-process limiters
-	// of package local, a custom limiter, or a Result built by hand.
+	// of package local used directly (httplimit.Local says SourceLocal), a
+	// custom limiter, or a Result built by hand.
 	Source Source
 	// Remaining is how many more cost units could be admitted right now,
 	// after this decision: 0 when the limit is exhausted, never negative.
