@@ -65,10 +65,10 @@ var ErrInvalidLease = errors.New("global: invalid lease")
 // expires after its TTL. Each call is one Lua script; time is Redis TIME
 // unless an At method supplies it.
 //
-// Results use the shared Result: Remaining is the leases still available,
-// RetryAfter the time until enough held leases expire (an upper bound,
-// since holders release early), ResetAfter the time until the last one
-// expires.
+// Results use the shared Result: Source is always SourceGlobal, Remaining
+// is the leases still available, RetryAfter the time until enough held
+// leases expire (an upper bound, since holders release early), ResetAfter
+// the time until the last one expires.
 //
 // The zero Concurrency has no client: its methods return an error wrapping
 // hybridlimit.ErrNilClient. A Concurrency is immutable and safe for
@@ -153,6 +153,7 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 	r := hybridlimit.Result{
 		Limit:      limit.Limit(),
 		Allowed:    d.Allowed,
+		Source:     hybridlimit.SourceGlobal,
 		Remaining:  d.Remaining,
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,

@@ -21,7 +21,7 @@ func TestConcurrencyAcquireAt(t *testing.T) {
 	}
 	limit := ConcurrencyLimit{MaxInFlight: 2, LeaseTTL: 10 * time.Second}
 	want := func(ok bool, rem int64, retry, reset time.Duration) hybridlimit.Result {
-		return hybridlimit.Result{Limit: limit.Limit(), Allowed: ok, Remaining: rem, RetryAfter: retry, ResetAfter: reset}
+		return hybridlimit.Result{Limit: limit.Limit(), Allowed: ok, Source: hybridlimit.SourceGlobal, Remaining: rem, RetryAfter: retry, ResetAfter: reset}
 	}
 	acquire := func(at time.Duration, w hybridlimit.Result) Lease {
 		t.Helper()

@@ -65,7 +65,8 @@ var ErrInvalidTime = errors.New("global: invalid time")
 // or the cost a window admits (window algorithms), and Rate/Period the
 // refill (token algorithms) or Period the window length. Periods are used
 // at microsecond resolution, rounded up. Time is Redis TIME, unless an At
-// method supplies it.
+// method supplies it. Every Result it returns without error, peeks
+// included, has Source hybridlimit.SourceGlobal.
 //
 // The zero Limiter has no client: its methods return an error wrapping
 // hybridlimit.ErrNilClient. Build one with New. A Limiter is immutable and
@@ -180,6 +181,7 @@ func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hyb
 	return hybridlimit.Result{
 		Limit:      limit,
 		Allowed:    d.Allowed,
+		Source:     hybridlimit.SourceGlobal,
 		Remaining:  d.Remaining,
 		RetryAfter: d.RetryAfter,
 		ResetAfter: d.ResetAfter,

@@ -45,7 +45,7 @@ func run(t *testing.T, l *Limiter, key string, r row) {
 		if err != nil {
 			t.Fatalf("step %d: %s(t0+%v, %d): %v", i, op, s.at, s.cost, err)
 		}
-		want := hybridlimit.Result{Limit: r.limit, Allowed: s.ok, Remaining: s.rem, RetryAfter: s.retry, ResetAfter: s.reset}
+		want := hybridlimit.Result{Limit: r.limit, Allowed: s.ok, Source: hybridlimit.SourceGlobal, Remaining: s.rem, RetryAfter: s.retry, ResetAfter: s.reset}
 		if got != want {
 			t.Errorf("step %d: %s(t0+%v, %d) = %+v, want %+v", i, op, s.at, s.cost, got, want)
 		}

@@ -147,8 +147,8 @@ func TestUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Allow(t.Context(), "k", hybridlimit.PerSecond(1)); !errors.Is(err, hybridlimit.ErrUnavailable) {
-		t.Errorf("Allow on a dead server: %v, want ErrUnavailable", err)
+	if r, err := l.Allow(t.Context(), "k", hybridlimit.PerSecond(1)); !errors.Is(err, hybridlimit.ErrUnavailable) || r.Source != hybridlimit.SourceUnknown {
+		t.Errorf("Allow on a dead server = %+v, %v; want ErrUnavailable and no source", r, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

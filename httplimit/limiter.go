@@ -54,12 +54,17 @@ func (l *Local) AllowN(ctx context.Context, key string, limit hybridlimit.Limit,
 	return l.AllowNAt(ctx, time.Now(), key, limit, cost)
 }
 
-// AllowNAt decides at time now; see local.Table.AllowN.
+// AllowNAt decides at time now; see local.Table.AllowN. Its decisions
+// have Source hybridlimit.SourceLocal.
 func (l *Local) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return hybridlimit.Result{}, err
 	}
-	return l.t.AllowN(key, now, limit, cost)
+	r, err := l.t.AllowN(key, now, limit, cost)
+	if err == nil {
+		r.Source = hybridlimit.SourceLocal
+	}
+	return r, err
 }
 
 // Kind names the kind of a Limiter, as logs and metrics label it:

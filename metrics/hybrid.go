@@ -23,6 +23,7 @@ type hybridCollector struct {
 	rounds, roundErrors, fetches, messages, scriptCalls, waits *prometheus.Desc
 	decisions, breakerOpens, breakerCloses, overspent, evicted *prometheus.Desc
 	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
+	roundDuration, roundMessages, errors                       *prometheus.Desc
 }
 
 // NewHybridCollector returns a collector of the hybrid limiter's counters,
@@ -48,6 +49,9 @@ type hybridCollector struct {
 //	hybridlimit_sync_outstanding_allowance            gauge
 //	hybridlimit_sync_view_staleness_seconds           gauge
 //	hybridlimit_sync_breaker_open_seconds_total       counter
+//	hybridlimit_sync_round_duration_seconds           histogram
+//	hybridlimit_sync_round_key_messages               histogram
+//	hybridlimit_sync_errors_total{class}              counter
 //
 // decisions_total counts only what the limiter counts: denials (path
 // "global" when Redis said the bucket is empty, "local" when this instance
@@ -55,7 +59,19 @@ type hybridCollector struct {
 // "fail_open" or "fail_closed"). Admissions from local allowance are not
 // counted one by one by the limiter, to keep its fast path free of shared
 // writes; admitted_cost_total sums them (in cost units) from the keys at
-// each scrape instead.
+// each scrape instead. The path is why the limiter decided so, which is
+// finer than the Result.Source of the decision: the last three paths are
+// all hybridlimit.SourceFallback, and a "global" denial is Redis's word
+// heard during the call (SourceGlobal) or at an earlier round
+// (SourceLocal).
+//
+// The two histograms observe every round that sent a key message: the
+// loop's periodic rounds, the on-demand fetches and the final round of
+// Close (see sync.Stats.RoundDuration); their buckets are the ones package
+// sync fixes, read from the snapshot. errors_total counts failed calls to
+// Redis, sync script calls and presence calls, by class: timeout,
+// connection, error_reply, malformed_reply or other (sync.ErrorClass).
+// Every class is sent, zeros included.
 func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector, error) {
 	if src == nil {
 		return nil, fmt.Errorf("metrics: nil hybrid limiter")
@@ -88,6 +104,9 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		outstanding:     d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
 		staleness:       d("view_staleness_seconds", "Time since Redis last answered a sync round: the age of this instance's view of the global buckets."),
 		breakerOpenTime: d("breaker_open_seconds_total", "Time the circuit breaker has been open, the failure policy deciding."),
+		roundDuration:   d("round_duration_seconds", "Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round."),
+		roundMessages:   d("round_key_messages", "Key messages per sync round, over the same rounds as round_duration_seconds."),
+		errors:          d("errors_total", "Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.", "class"),
 	}, nil
 }
 
@@ -95,7 +114,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
 		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted,
-		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime} {
+		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors} {
 		ch <- d
 	}
 }
@@ -133,6 +152,21 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.outstanding, float64(s.Outstanding))
 	gauge(c.staleness, s.SinceSync.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())
+	ch <- histogram(c.roundDuration, s.RoundDuration)
+	ch <- histogram(c.roundMessages, s.RoundMessages)
+	for class := range hlsync.NumErrorClasses {
+		counter(c.errors, s.Errors[class], class.String())
+	}
+}
+
+// histogram turns a snapshot of one of the limiter's histograms into a
+// constant Prometheus histogram, on the bounds the snapshot carries.
+func histogram(d *prometheus.Desc, h hlsync.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i := range min(len(h.Bounds), len(h.Buckets)) {
+		buckets[h.Bounds[i]] = h.Buckets[i]
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets)
 }
 
 func b2f(b bool) float64 {

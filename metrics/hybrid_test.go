@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -24,7 +25,13 @@ func TestHybridCollector(t *testing.T) {
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, LastRound: 1500 * time.Microsecond,
 		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
+		// The collector takes the bounds from the snapshot, whatever they are.
+		RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
+		RoundMessages: hlsync.Histogram{Bounds: []float64{1, 4}, Buckets: []uint64{2, 7}, Count: 7, Sum: 12},
 	}
+	src.Errors[hlsync.ErrorTimeout] = 3
+	src.Errors[hlsync.ErrorReply] = 1
+	src.Errors[hlsync.ErrorOther] = 2
 	c, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{"instance_name": "a"}))
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +60,13 @@ hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fail_c
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fallback"} 1
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="global"} 4
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="local"} 5
+# HELP hybridlimit_sync_errors_total Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.
+# TYPE hybridlimit_sync_errors_total counter
+hybridlimit_sync_errors_total{class="connection",instance_name="a"} 0
+hybridlimit_sync_errors_total{class="error_reply",instance_name="a"} 1
+hybridlimit_sync_errors_total{class="malformed_reply",instance_name="a"} 0
+hybridlimit_sync_errors_total{class="other",instance_name="a"} 2
+hybridlimit_sync_errors_total{class="timeout",instance_name="a"} 3
 # HELP hybridlimit_sync_evictions_total Idle keys dropped from memory.
 # TYPE hybridlimit_sync_evictions_total counter
 hybridlimit_sync_evictions_total{instance_name="a"} 30
@@ -74,6 +88,20 @@ hybridlimit_sync_outstanding_allowance{instance_name="a"} 42
 # HELP hybridlimit_sync_overspent_tokens_total Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0.
 # TYPE hybridlimit_sync_overspent_tokens_total counter
 hybridlimit_sync_overspent_tokens_total{instance_name="a"} 0
+# HELP hybridlimit_sync_round_duration_seconds Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round.
+# TYPE hybridlimit_sync_round_duration_seconds histogram
+hybridlimit_sync_round_duration_seconds_bucket{instance_name="a",le="0.001"} 3
+hybridlimit_sync_round_duration_seconds_bucket{instance_name="a",le="0.01"} 5
+hybridlimit_sync_round_duration_seconds_bucket{instance_name="a",le="+Inf"} 6
+hybridlimit_sync_round_duration_seconds_sum{instance_name="a"} 0.5
+hybridlimit_sync_round_duration_seconds_count{instance_name="a"} 6
+# HELP hybridlimit_sync_round_key_messages Key messages per sync round, over the same rounds as round_duration_seconds.
+# TYPE hybridlimit_sync_round_key_messages histogram
+hybridlimit_sync_round_key_messages_bucket{instance_name="a",le="1"} 2
+hybridlimit_sync_round_key_messages_bucket{instance_name="a",le="4"} 7
+hybridlimit_sync_round_key_messages_bucket{instance_name="a",le="+Inf"} 7
+hybridlimit_sync_round_key_messages_sum{instance_name="a"} 12
+hybridlimit_sync_round_key_messages_count{instance_name="a"} 7
 # HELP hybridlimit_sync_round_errors_total Background sync rounds in which at least one script call failed.
 # TYPE hybridlimit_sync_round_errors_total counter
 hybridlimit_sync_round_errors_total{instance_name="a"} 2
@@ -192,5 +220,71 @@ func TestHybridCollectorRedis(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHybridCollectorHistograms reads the round histograms of a real
+// limiter driven without its loop: three fetches of one key each, then the
+// final round of Close with all three keys.
+func TestHybridCollectorHistograms(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	if len(p) > 64 {
+		p = "t:" + p[len(p)-62:]
+	}
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c"} {
+		if r, err := l.Allow(ctx, key, hybridlimit.PerSecond(1000)); err != nil || !r.Allowed {
+			t.Fatalf("Allow(%q) = %+v, %v", key, r, err)
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewHybridCollector(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := func(name string) *dto.Histogram {
+		t.Helper()
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetHistogram()
+			}
+		}
+		t.Fatalf("no %s", name)
+		return nil
+	}
+	s := l.Stats()
+	msgs := hist("hybridlimit_sync_round_key_messages")
+	if msgs.GetSampleCount() != 4 || msgs.GetSampleSum() != 6 || len(msgs.GetBucket()) != len(s.RoundMessages.Bounds) {
+		t.Fatalf("round_key_messages = %v, want 4 rounds, 6 messages, %d buckets", msgs, len(s.RoundMessages.Bounds))
+	}
+	for i, b := range msgs.GetBucket() {
+		want := uint64(4) // all rounds within the bound
+		if i == 0 {
+			want = 3 // the fetches, at most 1 message
+		}
+		if b.GetUpperBound() != s.RoundMessages.Bounds[i] || b.GetCumulativeCount() != want {
+			t.Errorf("round_key_messages bucket %d = le %v: %d, want le %v: %d", i, b.GetUpperBound(), b.GetCumulativeCount(), s.RoundMessages.Bounds[i], want)
+		}
+	}
+	dur := hist("hybridlimit_sync_round_duration_seconds")
+	if dur.GetSampleCount() != 4 || dur.GetSampleSum() <= 0 {
+		t.Errorf("round_duration_seconds = %v, want 4 rounds of some duration", dur)
+	}
+	if n := testutil.ToFloat64(labelled(c, "hybridlimit_sync_errors_total", "timeout")); n != 0 {
+		t.Errorf("timeouts = %v, want 0", n)
 	}
 }

@@ -98,6 +98,9 @@ func TestStallVisible(t *testing.T) {
 	if n := testutil.ToFloat64(labelled(hc, "hybridlimit_sync_decisions_total", "denied", "fail_closed")); n < 1 {
 		t.Errorf("fail_closed denials = %v, want at least 1", n)
 	}
+	if n := testutil.ToFloat64(labelled(hc, "hybridlimit_sync_errors_total", "timeout")); n < 2 {
+		t.Errorf("timeouts = %v, want at least the 2 that opened the breaker", n)
+	}
 	if n := testutil.ToFloat64(onlyMetric(hc, "hybridlimit_sync_breaker_opens_total")); n != 1 {
 		t.Errorf("breaker opens = %v, want 1", n)
 	}

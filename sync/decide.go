@@ -41,13 +41,14 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		now = l.cfg.clock.Now()
 	}
 	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
+	src := hybridlimit.SourceLocal // until a fetch this decision waits for is answered
 	for fetches := 0; ; fetches++ {
 		e, err := l.entry(key, limit, now, shards)
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
 		if n := e.avail.Add(-cost); n >= 0 {
-			return l.admitted(e, limit, n), nil
+			return l.admitted(e, limit, n, src), nil
 		}
 		e.avail.Add(cost)
 		if e.dead.Load() {
@@ -67,7 +68,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
 			l.stats.deniedRemote.Add(1)
-			return denied(limit, time.Duration(until-l.nanos(now))), nil
+			return denied(limit, time.Duration(until-l.nanos(now)), src), nil
 		}
 		if l.breaker.isOpen() {
 			return l.degraded(now, key, limit, cost), nil
@@ -76,7 +77,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			// Out of allowance until a round brings more.
 			l.flag(e, 0)
 			l.stats.deniedLocal.Add(1)
-			return denied(limit, l.cfg.interval), nil
+			return denied(limit, l.cfg.interval, src), nil
 		}
 		l.flag(e, cost)
 		l.stats.waits.Add(1)
@@ -87,20 +88,24 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if err != nil && l.breaker.isOpen() {
 			return l.degraded(now, key, limit, cost), nil
 		}
+		if err == nil {
+			src = hybridlimit.SourceGlobal
+		}
 	}
 }
 
-func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64) hybridlimit.Result {
+func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64, src hybridlimit.Source) hybridlimit.Result {
 	return hybridlimit.Result{
 		Limit:      limit,
 		Allowed:    true,
+		Source:     src,
 		Remaining:  avail + e.remaining.Load(),
 		ResetAfter: time.Duration(e.resetAfter.Load()),
 	}
 }
 
-func denied(limit hybridlimit.Limit, retry time.Duration) hybridlimit.Result {
-	return hybridlimit.Result{Limit: limit, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}
+func denied(limit hybridlimit.Limit, retry time.Duration, src hybridlimit.Source) hybridlimit.Result {
+	return hybridlimit.Result{Limit: limit, Source: src, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}
 }
 
 // nanos returns t as nanoseconds since the limiter's base reading.
@@ -365,26 +370,26 @@ func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, c
 	switch l.cfg.policy {
 	case FailOpen:
 		l.stats.failOpen.Add(1)
-		return hybridlimit.Result{Limit: limit, Allowed: true}
+		return hybridlimit.Result{Limit: limit, Allowed: true, Source: hybridlimit.SourceFallback}
 	case FailClosed:
 		l.stats.failClosed.Add(1)
-		return denied(limit, l.cfg.interval)
+		return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
 	}
 	share := l.share(limit)
 	if cost > share.Burst {
 		l.stats.fallbackDenied.Add(1)
-		return denied(limit, share.Refill())
+		return denied(limit, share.Refill(), hybridlimit.SourceFallback)
 	}
 	r, err := l.fallback.AllowN(key, now, share, cost)
 	if err != nil || !r.Allowed {
 		l.stats.fallbackDenied.Add(1)
 		if err != nil {
-			return denied(limit, l.cfg.interval)
+			return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
 		}
 	} else {
 		l.stats.fallbackAllowed.Add(1)
 	}
-	r.Limit = limit
+	r.Limit, r.Source = limit, hybridlimit.SourceFallback
 	return r
 }
 

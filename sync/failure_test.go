@@ -15,9 +15,10 @@ import (
 )
 
 // TestFailurePolicies stalls Redis (SIGSTOP) under a running limiter and
-// checks that each policy decides as it says, that no decision hangs, that
-// the breaker opens, and that the limiter recovers by itself once Redis
-// answers again.
+// checks that each policy decides as it says (Source fallback), that no
+// decision hangs, that the breaker opens, that the failed calls count as
+// timeouts, and that the limiter recovers by itself once Redis answers
+// again.
 func TestFailurePolicies(t *testing.T) {
 	for _, policy := range []hlsync.FailurePolicy{hlsync.FallbackLocal, hlsync.FailOpen, hlsync.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -72,8 +73,12 @@ func TestFailurePolicies(t *testing.T) {
 			}
 			allowed := 0
 			for i := range 20 {
-				if r := decide(t, l, fmt.Sprintf("k%d", i%2), limit, maxWait); r.Allowed {
+				r := decide(t, l, fmt.Sprintf("k%d", i%2), limit, maxWait)
+				if r.Allowed {
 					allowed++
+				}
+				if r.Source != hybridlimit.SourceFallback {
+					t.Errorf("decision %d while the breaker is open = %+v, want Source fallback", i, r)
 				}
 			}
 			s := l.Stats()
@@ -92,9 +97,12 @@ func TestFailurePolicies(t *testing.T) {
 				if allowed != 20 || s.FallbackAllowed < 20 {
 					t.Errorf("fallback: allowed %d of 20, FallbackAllowed = %d", allowed, s.FallbackAllowed)
 				}
-				if r := decide(t, l, "k0", limit, maxWait); r.Allowed || r.RetryAfter <= 0 {
-					t.Errorf("fallback: 11th decision on k0 = %+v, want denied with a retry time", r)
+				if r := decide(t, l, "k0", limit, maxWait); r.Allowed || r.RetryAfter <= 0 || r.Source != hybridlimit.SourceFallback {
+					t.Errorf("fallback: 11th decision on k0 = %+v, want denied by the fallback with a retry time", r)
 				}
+			}
+			if s.Errors[hlsync.ErrorTimeout] < 2 {
+				t.Errorf("Errors = %v, want at least the 2 timeouts that opened the breaker", s.Errors)
 			}
 
 			if err := srv.Signal(syscall.SIGCONT); err != nil {
@@ -110,7 +118,7 @@ func TestFailurePolicies(t *testing.T) {
 			if s := l.Stats(); s.BreakerOpens != 1 || s.BreakerCloses != 1 {
 				t.Errorf("BreakerOpens = %d, BreakerCloses = %d, want 1 and 1", s.BreakerOpens, s.BreakerCloses)
 			}
-			if r := decide(t, l, "fresh", limit, maxWait); !r.Allowed {
+			if r := decide(t, l, "fresh", limit, maxWait); !r.Allowed || r.Source != hybridlimit.SourceGlobal {
 				t.Errorf("Allow after recovery = %+v, want allowed from Redis", r)
 			}
 		})

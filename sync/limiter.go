@@ -297,6 +297,12 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 // asked, the failure policy decides. Remaining and ResetAfter of an
 // admitted Result are as of this instance's last sync with Redis.
 //
+// Result.Source says which: SourceGlobal if the decision waited for a
+// fetch that Redis answered, SourceFallback if the failure policy decided,
+// else SourceLocal (spent from allowance, or denied from what this
+// instance knows). Setting it costs the fast path nothing: it is a
+// constant in the returned struct.
+//
 // Errors: an invalid limit, cost or key (wrapping the sentinels of package
 // hybridlimit), ErrClosed after Close, and ctx.Err() if ctx ends while the
 // decision waits. Redis failures never surface as errors: the failure
@@ -307,6 +313,7 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 			return hybridlimit.Result{
 				Limit:      limit,
 				Allowed:    true,
+				Source:     hybridlimit.SourceLocal,
 				Remaining:  n + e.remaining.Load(),
 				ResetAfter: time.Duration(e.resetAfter.Load()),
 			}, nil

@@ -209,11 +209,13 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	}
 	reply, err := lua.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
 	if err != nil {
+		l.stats.countError(err)
 		l.cfg.logger.Warn("sync: presence", "err", err)
 		return fmt.Errorf("sync: presence: %w", err)
 	}
 	n, ok := reply.(int64)
 	if !ok {
+		l.stats.errors[ErrorMalformed].Add(1)
 		return fmt.Errorf("sync: presence: %w: %T", lua.ErrMalformedReply, reply)
 	}
 	if alive {

@@ -183,6 +183,7 @@ func (r *round) exec(ctx context.Context) error {
 	if len(r.msgs) == 0 {
 		return nil
 	}
+	defer r.l.stats.observeRound(time.Now(), len(r.msgs))
 	calls := r.batches()
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(pipelineParallel)
@@ -298,6 +299,7 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 			lua.NoteError(l.rdb, err) // a dead master: learn who took over
 		}
 		if err != nil {
+			l.stats.countError(err)
 			errs = append(errs, err)
 		}
 	}

@@ -15,7 +15,20 @@ type counters struct {
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
+	errors                                                     [NumErrorClasses]atomic.Uint64
+	roundDuration, roundMessages                               histogram
 }
+
+// observeRound records a round that sent msgs key messages and began at
+// start, by the wall clock. Round.Send and roundOf call it through exec, so
+// it sees periodic, fetch and final rounds alike.
+func (c *counters) observeRound(start time.Time, msgs int) {
+	c.roundDuration.observe(&roundDuration, int64(time.Since(start)))
+	c.roundMessages.observe(&roundMessages, int64(msgs))
+}
+
+// countError counts one failed call to Redis by its class.
+func (c *counters) countError(err error) { c.errors[classify(err)].Add(1) }
 
 // Stats is a snapshot of a Limiter's counters, for metrics. Decisions made
 // from local allowance are not counted one by one (that would put a shared
@@ -57,6 +70,25 @@ type Stats struct {
 	// BreakerOpenFor is the total time the breaker has been open, the
 	// current stretch included: the time the failure policy was deciding.
 	BreakerOpenFor time.Duration
+
+	// RoundDuration is how long each round took to send its script calls
+	// and get their replies, in seconds of wall-clock time. It counts every
+	// round that sent at least one key message: the periodic rounds of the
+	// loop (and of Sync or Round.Send), the on-demand fetches of decisions
+	// out of allowance, and the final round of Close. So its Count is at
+	// least Rounds, and at most Rounds + Fetches + 1. Buckets end at 0.5ms,
+	// 1ms, 2.5ms, 5ms, ..., 1s and 2.5s.
+	RoundDuration Histogram
+	// RoundMessages is the number of key messages each of the same rounds
+	// carried. Buckets end at the powers of 4 from 1 to 65536.
+	RoundMessages Histogram
+	// Errors counts failed calls to Redis by class, indexed by ErrorClass:
+	// each failed sync script call (a round sends one per slot group and
+	// WithMaxKeysPerCall keys, so a failed pipeline counts once per call in
+	// it) and each failed presence call (the loop's, Announce's and
+	// Close's), which go on while the breaker is open and rounds have
+	// nothing to send.
+	Errors [NumErrorClasses]uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -75,7 +107,14 @@ func (l *Limiter) Stats() Stats {
 	if last := c.lastSuccess.Load(); last != 0 {
 		since = time.Duration(l.nanos(now) - (last - 1))
 	}
+	var errs [NumErrorClasses]uint64
+	for i := range errs {
+		errs[i] = c.errors[i].Load()
+	}
 	return Stats{
+		RoundDuration:   c.roundDuration.snapshot(&roundDuration),
+		RoundMessages:   c.roundMessages.snapshot(&roundMessages),
+		Errors:          errs,
 		Admitted:        admitted,
 		Outstanding:     outstanding,
 		SinceSync:       since,

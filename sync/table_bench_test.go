@@ -61,7 +61,7 @@ func BenchmarkFastPathWithResult(b *testing.B) {
 		for pb.Next() {
 			if e := t.get("hot"); e != nil && *e.limit.Load() == lim {
 				if n := e.avail.Add(-1); n >= 0 {
-					r = hybridlimit.Result{Limit: lim, Allowed: true, Remaining: n + e.remaining.Load(), ResetAfter: time.Duration(e.resetAfter.Load())}
+					r = hybridlimit.Result{Limit: lim, Allowed: true, Source: hybridlimit.SourceLocal, Remaining: n + e.remaining.Load(), ResetAfter: time.Duration(e.resetAfter.Load())}
 				}
 			}
 		}

@@ -1,0 +1,116 @@
+package sync_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestResultSource checks Result.Source on each path of a decision with
+// Redis up: a fetch (global), allowance (local), a denial after a fetch
+// (global) and one from a known empty bucket (local), and a full key table
+// (fallback). The stalled-Redis paths are in TestFailurePolicies.
+func TestResultSource(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	var ls [2]*hlsync.Limiter
+	for i := range ls {
+		l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second), hlsync.WithMaxKeys(2),
+			hlsync.WithInstanceID(fmt.Sprint("i", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		ls[i] = l
+	}
+	ctx := context.Background()
+	leased := hybridlimit.PerSecond(1000) // leased ahead of demand: the first fetch brings more than one token
+	exact := frozen(1)                    // a low limit: each decision fetches its cost
+	steps := []struct {
+		on      int // which limiter decides
+		key     string
+		limit   hybridlimit.Limit
+		allowed bool
+		source  hybridlimit.Source
+	}{
+		{0, "leased", leased, true, hybridlimit.SourceGlobal},  // new key: waits for a fetch
+		{0, "leased", leased, true, hybridlimit.SourceLocal},   // spends the lease
+		{1, "exact", exact, true, hybridlimit.SourceGlobal},    // fetches the one token
+		{1, "exact", exact, false, hybridlimit.SourceLocal},    // the reply above said the bucket is empty
+		{0, "exact", exact, false, hybridlimit.SourceGlobal},   // fetches, and Redis says empty
+		{0, "third", leased, true, hybridlimit.SourceFallback}, // the table holds 2 keys: the failure policy decides
+	}
+	for i, s := range steps {
+		l := ls[s.on]
+		r, err := l.Allow(ctx, s.key, s.limit)
+		if err != nil {
+			t.Fatalf("step %d: Allow(%q) = %v", i, s.key, err)
+		}
+		if r.Allowed != s.allowed || r.Source != s.source {
+			t.Errorf("step %d: Allow(%q) = %+v, want allowed %v from %v", i, s.key, r, s.allowed, s.source)
+		}
+	}
+	if s := ls[0].Stats(); s.Fetches != 2 || s.DeniedRemote != 1 || s.FallbackAllowed != 1 {
+		t.Errorf("first limiter's Stats = %+v, want 2 fetches, 1 remote denial, 1 fallback admission", s)
+	}
+}
+
+// TestSourceRedisGone runs a limiter on the address of a Redis that has
+// gone away: decisions are denied from local state while fetches fail, then
+// decided by the failure policy once the breaker opens; none comes from
+// Redis, and the failed calls are counted as connection errors. The round
+// timeout outlasts go-redis's dial retries (5, some 0.4s in all), so the
+// refusal rather than the deadline ends each call.
+func TestSourceRedisGone(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const interval = 50 * time.Millisecond
+	l, err := hlsync.New(rdb, hlsync.WithSyncInterval(interval, 0), hlsync.WithMaxWait(20*time.Millisecond),
+		hlsync.WithRoundTimeout(5*time.Second), hlsync.WithFailurePolicy(hlsync.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	limit := hybridlimit.PerMinute(10)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := decide(t, l, "k", limit, 20*time.Millisecond)
+		if r.Source == hybridlimit.SourceFallback {
+			if !r.Allowed {
+				t.Errorf("fail-open decision = %+v, want allowed", r)
+			}
+			break
+		}
+		if r.Allowed || r.Source != hybridlimit.SourceLocal {
+			t.Fatalf("decision before the breaker opened = %+v, want denied from local state", r)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failure-policy decision 5s after Redis went: %+v", l.Stats())
+		}
+		time.Sleep(interval / 5)
+	}
+	s := l.Stats()
+	if s.Errors[hlsync.ErrorConnection] == 0 {
+		t.Errorf("Errors = %v, want connection errors", s.Errors)
+	}
+	for c, n := range s.Errors {
+		if hlsync.ErrorClass(c) != hlsync.ErrorConnection && n != 0 {
+			t.Errorf("Errors[%v] = %d, want 0 with Redis gone", hlsync.ErrorClass(c), n)
+		}
+	}
+}

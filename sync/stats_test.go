@@ -1,0 +1,100 @@
+package sync_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestRoundHistograms drives a limiter without its loop, so every round is
+// known: three fetches of one key each, then the final round of Close,
+// which hands back the three leases in one round.
+func TestRoundHistograms(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c"} {
+		if r, err := l.Allow(ctx, key, hybridlimit.PerSecond(1000)); err != nil || !r.Allowed || r.Source != hybridlimit.SourceGlobal {
+			t.Fatalf("Allow(%q) = %+v, %v; want allowed after a fetch", key, r, err)
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	if s.Rounds != 0 || s.Fetches != 3 || s.Messages != 6 {
+		t.Fatalf("Stats = %+v, want 0 rounds, 3 fetches, 6 messages", s)
+	}
+	msgs := s.RoundMessages
+	// Bounds 1, 4, 16, ...: three rounds of 1 message, one of 3.
+	if want := []uint64{3, 4, 4, 4, 4, 4, 4, 4, 4}; !slices.Equal(msgs.Buckets, want) || msgs.Count != 4 || msgs.Sum != 6 {
+		t.Errorf("RoundMessages = %+v, want buckets %v, count 4, sum 6", msgs, want)
+	}
+	if len(msgs.Bounds) != len(msgs.Buckets) || msgs.Bounds[0] != 1 {
+		t.Errorf("RoundMessages bounds = %v", msgs.Bounds)
+	}
+	d := s.RoundDuration
+	if d.Count != 4 || d.Sum <= 0 || len(d.Bounds) != len(d.Buckets) || !slices.IsSorted(d.Buckets) || d.Buckets[len(d.Buckets)-1] > d.Count {
+		t.Errorf("RoundDuration = %+v, want 4 rounds of some duration, cumulative buckets", d)
+	}
+	// A round on loopback takes well under a second.
+	if i := slices.Index(d.Bounds, 1); i < 0 || d.Buckets[i] != 4 {
+		t.Errorf("RoundDuration = %+v, want all 4 rounds under 1s", d)
+	}
+	if s.Errors != [hlsync.NumErrorClasses]uint64{} {
+		t.Errorf("Errors = %v, want none", s.Errors)
+	}
+}
+
+// TestErrorsByClass makes Redis answer the sync and presence scripts with
+// an error (WRONGTYPE: their keys hold lists) and checks that the failed
+// calls count as error replies.
+func TestErrorsByClass(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	ks, err := hybridlimit.NewKeyspace(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, ledger, allow := l.Keys("k")
+	for _, key := range []string{bucket, ledger, allow, ks.Tagged("presence", "instances")} {
+		if err := rdb.RPush(ctx, key, "not", "a", "bucket").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Expire(ctx, key, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Announce(ctx); err == nil {
+		t.Fatal("Announce with no memory to write succeeded")
+	}
+	r, err := l.Allow(ctx, "k", hybridlimit.PerSecond(10))
+	if err != nil || r.Allowed || r.Source != hybridlimit.SourceLocal {
+		t.Errorf("Allow with every fetch failing = %+v, %v; want denied from local state", r, err)
+	}
+	s := l.Stats()
+	want := [hlsync.NumErrorClasses]uint64{}
+	want[hlsync.ErrorReply] = 1 + s.Fetches // the presence call, and the one script call of each fetch
+	if s.Fetches == 0 || s.Errors != want {
+		t.Errorf("Errors = %v after %d fetches, want %v", s.Errors, s.Fetches, want)
+	}
+	if s.RoundDuration.Count != s.Fetches || s.RoundMessages.Count != s.Fetches {
+		t.Errorf("RoundDuration = %+v, RoundMessages = %+v, want one count per fetch (%d)", s.RoundDuration, s.RoundMessages, s.Fetches)
+	}
+}
