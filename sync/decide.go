@@ -33,10 +33,6 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	if cost > sharding.Part(limit, shards-1, shards).Burst {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst (%s split %d ways)",
-			hybridlimit.ErrCostExceedsBurst, cost, limit, shards)
-	}
 	if now.IsZero() {
 		now = l.cfg.clock.Now()
 	}
@@ -56,13 +52,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		}
 		if e.shards > 1 {
 			if p := partOf(limit, int(e.shards)-1, int(e.shards)); cost > p.Burst {
-				// Split by a reshard after a request this large was last seen.
 				return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
 					hybridlimit.ErrCostExceedsBurst, cost, p.Burst, limit, e.shards)
 			}
 			var r hybridlimit.Result
 			var done bool
-			if e, r, done = l.fallOver(e, limit, cost, now); done {
+			if e, r, done = l.fallOver(e, limit, cost, now, src); done {
 				return r, nil
 			}
 		}
@@ -116,7 +111,7 @@ func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
 // the first part, counting from home, that Redis has not reported empty,
 // to fetch for; when every part is empty it denies until the soonest one
 // refills.
-func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now time.Time) (*entry, hybridlimit.Result, bool) {
+func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now time.Time, src hybridlimit.Source) (*entry, hybridlimit.Result, bool) {
 	s := int(home.shards)
 	var target *entry
 	var soonest int64
@@ -128,7 +123,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 				continue // table full: make do with the parts there are
 			}
 			if n := p.avail.Add(-cost); n >= 0 {
-				return nil, l.admitted(p, limit, n), true
+				return nil, l.admitted(p, limit, n, src), true
 			}
 			p.avail.Add(cost)
 		}
@@ -144,7 +139,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 	}
 	if target == nil {
 		l.stats.deniedRemote.Add(1)
-		return nil, denied(limit, time.Duration(soonest-l.nanos(now))), true
+		return nil, denied(limit, time.Duration(soonest-l.nanos(now)), src), true
 	}
 	return target, hybridlimit.Result{}, false
 }
