@@ -24,6 +24,7 @@ type hybridCollector struct {
 	decisions, breakerOpens, breakerCloses, overspent, evicted *prometheus.Desc
 	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
 	roundDuration, roundMessages, errors                       *prometheus.Desc
+	splitKeys, reshards, moves                                 *prometheus.Desc
 }
 
 // NewHybridCollector returns a collector of the hybrid limiter's counters,
@@ -52,6 +53,9 @@ type hybridCollector struct {
 //	hybridlimit_sync_round_duration_seconds           histogram
 //	hybridlimit_sync_round_key_messages               histogram
 //	hybridlimit_sync_errors_total{class}              counter
+//	hybridlimit_sync_split_keys                       gauge
+//	hybridlimit_sync_reshards_total                   counter
+//	hybridlimit_sync_layout_moves_total               counter
 //
 // decisions_total counts only what the limiter counts: denials (path
 // "global" when Redis said the bucket is empty, "local" when this instance
@@ -106,6 +110,9 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		breakerOpenTime: d("breaker_open_seconds_total", "Time the circuit breaker has been open, the failure policy deciding."),
 		roundDuration:   d("round_duration_seconds", "Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round."),
 		roundMessages:   d("round_key_messages", "Key messages per sync round, over the same rounds as round_duration_seconds."),
+		splitKeys:       d("split_keys", "Tracked keys split into parts over several slots (hot keys, WithShards or WithAutoShards)."),
+		reshards:        d("reshards_total", "Keys this instance split or merged back (WithAutoShards)."),
+		moves:           d("layout_moves_total", "Keys this instance moved to a new layout of parts, its own reshards and those it heard of from Redis."),
 		errors:          d("errors_total", "Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.", "class"),
 	}, nil
 }
@@ -114,7 +121,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
 		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted,
-		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors} {
+		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
 		ch <- d
 	}
 }
@@ -154,6 +161,9 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())
 	ch <- histogram(c.roundDuration, s.RoundDuration)
 	ch <- histogram(c.roundMessages, s.RoundMessages)
+	gauge(c.splitKeys, float64(s.SplitKeys))
+	counter(c.reshards, s.Reshards)
+	counter(c.moves, s.Moves)
 	for class := range hlsync.NumErrorClasses {
 		counter(c.errors, s.Errors[class], class.String())
 	}

@@ -23,7 +23,7 @@ func TestHybridCollector(t *testing.T) {
 	src := &fakeHybrid{
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
-		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, LastRound: 1500 * time.Microsecond,
+		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
 		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
 		// The collector takes the bounds from the snapshot, whatever they are.
 		RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
@@ -70,6 +70,9 @@ hybridlimit_sync_errors_total{class="timeout",instance_name="a"} 3
 # HELP hybridlimit_sync_evictions_total Idle keys dropped from memory.
 # TYPE hybridlimit_sync_evictions_total counter
 hybridlimit_sync_evictions_total{instance_name="a"} 30
+# HELP hybridlimit_sync_layout_moves_total Keys this instance moved to a new layout of parts, its own reshards and those it heard of from Redis.
+# TYPE hybridlimit_sync_layout_moves_total counter
+hybridlimit_sync_layout_moves_total{instance_name="a"} 4
 # HELP hybridlimit_sync_fetches_total On-demand rounds run for decisions out of local allowance.
 # TYPE hybridlimit_sync_fetches_total counter
 hybridlimit_sync_fetches_total{instance_name="a"} 7
@@ -88,6 +91,9 @@ hybridlimit_sync_outstanding_allowance{instance_name="a"} 42
 # HELP hybridlimit_sync_overspent_tokens_total Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0.
 # TYPE hybridlimit_sync_overspent_tokens_total counter
 hybridlimit_sync_overspent_tokens_total{instance_name="a"} 0
+# HELP hybridlimit_sync_reshards_total Keys this instance split or merged back (WithAutoShards).
+# TYPE hybridlimit_sync_reshards_total counter
+hybridlimit_sync_reshards_total{instance_name="a"} 3
 # HELP hybridlimit_sync_round_duration_seconds Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round.
 # TYPE hybridlimit_sync_round_duration_seconds histogram
 hybridlimit_sync_round_duration_seconds_bucket{instance_name="a",le="0.001"} 3
@@ -111,6 +117,9 @@ hybridlimit_sync_rounds_total{instance_name="a"} 100
 # HELP hybridlimit_sync_script_calls_total Batched sync script calls sent to Redis.
 # TYPE hybridlimit_sync_script_calls_total counter
 hybridlimit_sync_script_calls_total{instance_name="a"} 110
+# HELP hybridlimit_sync_split_keys Tracked keys split into parts over several slots (hot keys, WithShards or WithAutoShards).
+# TYPE hybridlimit_sync_split_keys gauge
+hybridlimit_sync_split_keys{instance_name="a"} 2
 # HELP hybridlimit_sync_tracked_keys Keys the hybrid limiter tracks in memory.
 # TYPE hybridlimit_sync_tracked_keys gauge
 hybridlimit_sync_tracked_keys{instance_name="a"} 12

@@ -29,7 +29,7 @@ func TestErrorClassString(t *testing.T) {
 // TestClassify sorts errors made by hand and errors a real client returns
 // from a real server that is stalled, gone, or answering with an error.
 func TestClassify(t *testing.T) {
-	redistest.NoLeaks(t)
+	redistest.NoLeaksAfterKill(t)
 	ctx := context.Background()
 
 	srv := redistest.Start(t)

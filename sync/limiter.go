@@ -66,8 +66,9 @@ type Limiter struct {
 	rounds   singleflight.Group // keeps rounds from overlapping
 	wake     chan struct{}      // pokes the loop for an early round
 
-	heat heat     // sync messages per key, for automatic sharding
-	cool coolness // split keys' cooling, for automatic sharding
+	heat   heat          // sync messages per key, for automatic sharding
+	moveMu stdsync.Mutex // one move to a new layout at a time
+	cool   coolness      // split keys' cooling, for automatic sharding
 
 	tracked atomic.Int64 // entries in table
 	stats   counters

@@ -248,10 +248,12 @@ func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
 // move switches this instance's entries for key to layout to: a new home
 // entry takes the place of the old one, and the allowance the old layout's
 // entries hold unspent moves into it, with a ledger base that says so, so
-// that when it is handed back the new parts receive it. The caller runs no
-// round concurrently (moves happen between rounds), so no message of an
-// old entry is in flight.
+// that when it is handed back the new parts receive it. Moves come from
+// the replies of a round and from Reshard, which may run at once: moveMu
+// keeps them one at a time.
 func (l *Limiter) move(key string, to layout, now time.Time) {
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
 	home := l.table.get(key)
 	if home == nil || home.dead.Load() {
 		return
@@ -284,12 +286,17 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 }
 
 // retire takes all of e's unspent allowance and marks it dead, so that
-// decisions holding it look the key up again. It returns what it took.
+// decisions holding it look the key up again. It returns what it took: 0
+// for an entry the sweep evicted meanwhile, which held nothing.
 func retire(e *entry) int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var took int64
 	for {
+		if e.avail.Load() < evicted/2 {
+			e.dead.Store(true)
+			return took
+		}
 		took += e.take(e.avail.Load())
 		if e.evict() {
 			return took

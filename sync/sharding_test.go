@@ -65,6 +65,9 @@ func TestShardedReserveExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range ls {
+		if s, _ := l.Layout("hot"); s != 3 || l.Stats().SplitKeys != 1 {
+			t.Errorf("%s: layout %d parts, SplitKeys %d; want 3 parts of one split key", l.InstanceID(), s, l.Stats().SplitKeys)
+		}
 		if err := l.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}

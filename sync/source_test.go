@@ -70,7 +70,7 @@ func TestResultSource(t *testing.T) {
 // timeout outlasts go-redis's dial retries (5, some 0.4s in all), so the
 // refusal rather than the deadline ends each call.
 func TestSourceRedisGone(t *testing.T) {
-	redistest.NoLeaks(t)
+	redistest.NoLeaksAfterKill(t)
 	srv := redistest.Start(t)
 	addr := srv.Addr
 	srv.Stop()

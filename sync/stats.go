@@ -57,7 +57,10 @@ type Stats struct {
 	// (WithAutoShards); Moves the keys it moved to a new layout, its own
 	// reshards and those it heard of from Redis.
 	Reshards, Moves uint64
-	LastRound       time.Duration // how long the last background round took
+	// SplitKeys is the number of tracked keys split into parts, by
+	// WithShards or WithAutoShards.
+	SplitKeys int64
+	LastRound time.Duration // how long the last background round took
 	// Admitted is the cost admitted from allowance, all keys, since New.
 	Admitted uint64
 	// Outstanding is the allowance held unspent now, all keys: tokens
@@ -94,13 +97,16 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
-	admitted, outstanding := c.evictedAdmitted.Load(), int64(0)
+	admitted, outstanding, split := c.evictedAdmitted.Load(), int64(0), int64(0)
 	l.each(func(e *entry) {
 		e.mu.Lock()
 		held, consumed := e.snapshot()
 		e.mu.Unlock()
 		admitted += uint64(consumed)
 		outstanding += held
+		if e.shards > 1 && e.key == e.owner {
+			split++
+		}
 	})
 	now := l.cfg.clock.Now()
 	var since time.Duration
@@ -139,6 +145,7 @@ func (l *Limiter) Stats() Stats {
 		Overspent:       c.overspent.Load(),
 		Evictions:       c.evictions.Load(),
 		Reshards:        c.reshards.Load(),
+		SplitKeys:       split,
 		Moves:           c.moves.Load(),
 		LastRound:       time.Duration(c.lastRound.Load()),
 	}
