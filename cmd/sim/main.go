@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ type options struct {
 	csv, svg string
 	progress bool
 	diag     bool
+	cpuprof  string
 }
 
 // usageError is a bad flag or argument: exit status 2. The flag package
@@ -91,6 +93,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
 		verbose    = fs.Bool("v", false, "report progress on stderr (the default when stderr is a terminal)")
 		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
+		cpuprof    = fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`, for go tool pprof")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sim [flags]\n\nSimulates the rate limiters on a workload and prints overshoot, undershoot and Redis cost per strategy and sync interval.\n\n")
@@ -157,6 +160,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		svg:      *svgFile,
 		progress: *verbose || isTerminal(stderr),
 		diag:     *diag,
+		cpuprof:  *cpuprof,
 	}
 	switch {
 	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"]):
@@ -221,6 +225,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			o.cfg.Scenario.Workload, mode, o.cfg.Scenario.Instances, o.cfg.Scenario.Keys, o.cfg.Scenario.Duration, o.cfg.Scenario.Seed)
 	}
 	o.cfg.Detail = o.diag && !o.live
+	if o.cpuprof != "" {
+		stop, err := startProfile(o.cpuprof)
+		if err != nil {
+			fmt.Fprintf(stderr, "sim: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	var rep *sim.Report
 	if o.live {
 		rep, err = sim.RunLive(ctx, o.cfg, o.target)
@@ -253,6 +265,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startProfile starts a CPU profile into path and returns what stops it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 func writeFile(path string, write func(io.Writer) error) error {
