@@ -175,6 +175,7 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	diag.Phases = counter.ByPhase()
 	if s.detail {
 		diag.KeyCommands = counter.KeyCommands()
+		diag.KeyMessages = counter.Messages()
 	}
 	res.Diag = diag
 	return res, nil
@@ -483,6 +484,9 @@ type Diagnostics struct {
 	// KeyCommands counts, per Redis key and phase, the commands carrying
 	// the key (only with Config.Detail).
 	KeyCommands map[string][phases]int64
+	// KeyMessages counts, per hybrid key's bucket, its sync messages by
+	// phase and kind (only with Config.Detail).
+	KeyMessages map[string]MsgCounts
 }
 
 func (d *Diagnostics) add(s hlsync.Stats) {

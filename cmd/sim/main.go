@@ -316,6 +316,7 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 				fmt.Fprintf(w, "   %-16s %6d %9d %9d %9d %12d %12d %10.3f\n", c.Name, c.Keys, c.Demand, c.Admitted, c.Oracle,
 					c.Messages[sim.PhaseDecision], c.Messages[sim.PhaseRound], per)
 			}
+			writeKinds(w, sim.Breakdown(r, limit, d0))
 		}
 		for _, side := range []struct {
 			name string
@@ -331,5 +332,37 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 			}
 			fmt.Fprintln(w)
 		}
+	}
+}
+
+// writeKinds prints the hybrid limiters' sync messages per class of keys,
+// by phase (on demand or in rounds) and kind.
+func writeKinds(w io.Writer, rows []sim.ClassRow) {
+	var total sim.MsgCounts
+	for _, c := range rows {
+		for p := range total {
+			for k := range total[p] {
+				total[p][k] += c.Kinds[p][k]
+			}
+		}
+	}
+	if total == (sim.MsgCounts{}) {
+		return
+	}
+	fmt.Fprintf(w, "   sync messages    ")
+	for _, p := range []sim.Phase{sim.PhaseDecision, sim.PhaseRound} {
+		for _, k := range sim.MsgKinds() {
+			fmt.Fprintf(w, " %16s", p.String()+":"+k.String())
+		}
+	}
+	fmt.Fprintln(w)
+	for _, c := range append(rows, sim.ClassRow{Name: "all", Kinds: total}) {
+		fmt.Fprintf(w, "   %-16s ", c.Name)
+		for _, p := range []sim.Phase{sim.PhaseDecision, sim.PhaseRound} {
+			for _, k := range sim.MsgKinds() {
+				fmt.Fprintf(w, " %16d", c.Kinds[p][k])
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
