@@ -75,7 +75,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		syncs      = fs.String("sync", "50ms,100ms,200ms,500ms,1s", "comma list of sync intervals for optimistic and reserve")
 		instances  = fs.Int("instances", 0, "limiter instances (default 8)")
 		keys       = fs.Int("keys", 0, "keys (default 2000; uniform 100, flash 200)")
-		duration   = fs.Duration("duration", 0, "virtual time simulated, or live run length (default 10s)")
+		duration   = fs.Duration("duration", 0, "virtual time simulated, or live run length (default 8s virtual, 10s live)")
 		seed       = fs.Uint64("seed", 1, "seed of the arrival stream")
 		rtt        = fs.Duration("rtt", sim.DefaultRTT, "network round trip modelled in virtual mode")
 		rate       = fs.Float64("rate", 0, "mean requests per second, all keys (default 6000; uniform 12000, flash 4000)")
@@ -126,8 +126,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if set["rate"] {
 		sc.Rate = *rate
 	}
-	if set["duration"] {
+	switch {
+	case set["duration"]:
 		sc.Duration = *duration
+	case *live:
+		sc.Duration = 10 * time.Second
 	}
 	b := *limit
 	if set["burst"] {
