@@ -19,6 +19,8 @@ type ClassRow struct {
 	// Messages counts, per phase, the commands that carried a key of the
 	// class: a round's call carrying ten keys counts ten.
 	Messages [phases]int64
+	// Kinds counts the class's sync messages by phase and kind.
+	Kinds MsgCounts
 }
 
 // demandClasses bound the classes, as fractions of the limit's rate.
@@ -34,8 +36,8 @@ var demandClasses = []struct {
 
 // Breakdown splits a run's keys into classes by their demand over the run
 // relative to the limit, and sums each class's demand, admissions and the
-// commands that carried its keys. The per-key commands come from a run
-// with Config.Detail; without, Messages are zero.
+// commands and sync messages that carried its keys. The per-key counts come
+// from a run with Config.Detail; without, Messages and Kinds are zero.
 func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 	perKey := map[int][phases]int64{}
 	for k, v := range r.Diag.KeyCommands {
@@ -45,6 +47,18 @@ func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 				m[p] += v[p]
 			}
 			perKey[i] = m
+		}
+	}
+	kinds := map[int]MsgCounts{}
+	for k, v := range r.Diag.KeyMessages {
+		if i, ok := callerKey(k); ok {
+			m := kinds[i]
+			for p := range m {
+				for j := range m[p] {
+					m[p][j] += v[p][j]
+				}
+			}
+			kinds[i] = m
 		}
 	}
 	limitRate := limit.TokensIn(d) // tokens the limit adds over the run
@@ -66,6 +80,11 @@ func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 				row.Oracle += k.Oracle
 				for p, n := range perKey[k.Key] {
 					row.Messages[p] += n
+				}
+				for p, byKind := range kinds[k.Key] {
+					for j, n := range byKind {
+						row.Kinds[p][j] += n
+					}
 				}
 				break
 			}

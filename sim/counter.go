@@ -31,6 +31,7 @@ type Counter struct {
 	slots   map[int]int64
 	phases  [phases]int64
 	keys    map[string]*[phases]int64 // nil unless detailed
+	msgs    map[string]*MsgCounts     // by bucket key; nil unless detailed
 }
 
 // Phase says what the limiters were doing when a command was sent, for
@@ -54,11 +55,13 @@ func (p Phase) String() string {
 }
 
 // NewCounter returns a Counter that counts from the start. With detail, it
-// also counts, per phase, the commands that carry each Redis key.
+// also counts, per phase, the commands that carry each Redis key, and the
+// sync script's key messages by kind.
 func NewCounter(detail bool) *Counter {
 	c := &Counter{on: true}
 	if detail {
 		c.keys = map[string]*[phases]int64{}
+		c.msgs = map[string]*MsgCounts{}
 	}
 	return c
 }
@@ -80,6 +83,18 @@ func (c *Counter) KeyCommands() map[string][phases]int64 {
 	defer c.mu.Unlock()
 	out := make(map[string][phases]int64, len(c.keys))
 	for k, v := range c.keys {
+		out[k] = *v
+	}
+	return out
+}
+
+// Messages returns, for each hybrid key's bucket, its sync messages by
+// phase and kind (empty unless the Counter counts in detail).
+func (c *Counter) Messages() map[string]MsgCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]MsgCounts, len(c.msgs))
+	for k, v := range c.msgs {
 		out[k] = *v
 	}
 	return out
@@ -142,6 +157,31 @@ func (c *Counter) count(cmds ...redis.Cmder) {
 				n[c.phase]++
 			}
 		}
+	}
+}
+
+// classifyReplies counts the sync messages of commands whose replies are in.
+func (c *Counter) classifyReplies(cmds ...redis.Cmder) {
+	if c.msgs == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		buckets, kinds := classify(cmd)
+		if buckets == nil {
+			continue
+		}
+		c.mu.Lock()
+		if c.on {
+			for i, b := range buckets {
+				n := c.msgs[b]
+				if n == nil {
+					n = new(MsgCounts)
+					c.msgs[b] = n
+				}
+				n[c.phase][kinds[i]]++
+			}
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -227,13 +267,17 @@ func (h counterHook) DialHook(next redis.DialHook) redis.DialHook {
 func (h counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.c.count(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		h.c.classifyReplies(cmd)
+		return err
 	}
 }
 
 func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.c.count(cmds...)
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		h.c.classifyReplies(cmds...)
+		return err
 	}
 }

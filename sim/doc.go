@@ -13,11 +13,20 @@
 // Two modes:
 //
 //   - Virtual (RunVirtual): a discrete-event simulation in virtual time,
-//     deterministic for a seed. Each instance is a real limiter; the Lua
-//     runs on an embedded miniredis whose clock is the virtual clock; a
-//     sync round's reply arrives one round-trip time after its request.
+//     deterministic for a seed. Each instance is a real limiter; the real
+//     Lua runs on an embedded miniredis whose clock is the virtual clock
+//     (in one interpreter kept for the run, as Redis does, rather than
+//     miniredis's one per call); a sync round's reply arrives one
+//     round-trip time after its request.
 //   - Live (RunLive): real goroutines and real time against a real Redis or
 //     Redis Cluster, which adds throughput and decision latency.
+//
+// The default scenarios are short, 8s of virtual time (DefaultScenario),
+// so that the default run of cmd/sim, every strategy at five sync
+// intervals, takes about 20s of CPU. A short run weighs the start (each
+// key's first fetch, the first rounds) more than a long one and never
+// reaches the hybrid limiter's idle hold; give a longer Duration (30s or
+// more) for figures to quote.
 //
 // The command line is cmd/sim; its README section says how to read the
 // output and choose a sync interval.

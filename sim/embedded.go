@@ -23,6 +23,9 @@ import (
 // which costs more than the command; here a virtual run touches no socket
 // and no scheduler, which also keeps it deterministic.
 //
+// Scripts (EVAL, EVALSHA, SCRIPT) run in one Lua interpreter kept for the
+// server's life (see scripting), their redis.call commands in miniredis.
+//
 // Its clock is set with SetTime before every interaction, so Lua's TIME is
 // virtual time.
 //
@@ -41,10 +44,15 @@ import (
 type embedded struct {
 	m   *miniredis.Miniredis
 	srv *server.Server
+	lua *scripting
 	now time.Time // the clock as last set
 }
 
-func newEmbedded() (*embedded, error) {
+func newEmbedded() (*embedded, error) { return newEmbeddedLua(true) }
+
+// newEmbeddedLua returns an embedded Redis whose scripts run in scripting,
+// or, without it, in miniredis's own EVAL (for the tests that compare them).
+func newEmbeddedLua(scripts bool) (*embedded, error) {
 	m := miniredis.NewMiniRedis()
 	// Dial starts a server without a listener; the pipe it returns is not
 	// used, only the server behind it.
@@ -53,7 +61,14 @@ func newEmbedded() (*embedded, error) {
 		return nil, fmt.Errorf("sim: miniredis: %w", err)
 	}
 	_ = c.Close()
-	return &embedded{m: m, srv: m.Server()}, nil
+	e := &embedded{m: m, srv: m.Server()}
+	if scripts {
+		if e.lua, err = newScripting(m.Server()); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // SetTime sets the server's clock, which Lua TIME reads.
@@ -104,10 +119,15 @@ func (detachHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-func (e *embedded) Close() { e.m.Close() }
+func (e *embedded) Close() {
+	e.m.Close()
+	if e.lua != nil {
+		e.lua.Close()
+	}
+}
 
 func (e *embedded) conn() *inprocConn {
-	c := &inprocConn{srv: e.srv}
+	c := &inprocConn{srv: e.srv, lua: e.lua}
 	c.peer = server.NewPeer(bufio.NewWriter(&c.out))
 	return c
 }
@@ -115,6 +135,7 @@ func (e *embedded) conn() *inprocConn {
 // inprocConn is a net.Conn whose writes are executed as they arrive.
 type inprocConn struct {
 	srv     *server.Server
+	lua     *scripting
 	peer    *server.Peer
 	in, out bytes.Buffer
 	closed  bool
@@ -136,7 +157,11 @@ func (c *inprocConn) Write(b []byte) (int, error) {
 			return len(b), nil
 		}
 		c.in.Next(n)
-		c.srv.Dispatch(c.peer, args)
+		if c.lua != nil && c.lua.handles(args) {
+			c.lua.do(c.peer, args)
+		} else {
+			c.srv.Dispatch(c.peer, args)
+		}
 		c.peer.Flush()
 	}
 }

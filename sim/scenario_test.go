@@ -140,3 +140,38 @@ func TestScenarioValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultHotspotShape checks that the default hotspot, shortened to
+// keep cmd/sim's default run quick, still has what it is for: a few keys
+// far over their limit and a tail of thousands of keys well under it, and
+// enough time for the hybrid limiters to sync many times.
+func TestDefaultHotspotShape(t *testing.T) {
+	s := DefaultScenario(Hotspot)
+	reqs, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demand := make([]float64, s.Keys) // requests per second
+	for _, r := range reqs {
+		demand[r.Key] += 1 / s.Duration.Seconds()
+	}
+	limit := float64(s.Limit.Rate) / s.Limit.Period.Seconds()
+	var over, tail int
+	for _, d := range demand {
+		if d > limit {
+			over++
+		}
+		if d < limit/100 {
+			tail++
+		}
+	}
+	if over < 3 || over > 20 || demand[0] < 5*limit {
+		t.Errorf("%d keys over the limit of %v/s, the hottest at %.0f/s; want 3 to 20, the hottest 5 times over", over, limit, demand[0])
+	}
+	if tail < 1000 {
+		t.Errorf("%d keys under 1%% of the limit; want a tail of at least 1000", tail)
+	}
+	if rounds := s.Duration / time.Second; rounds < 8 {
+		t.Errorf("duration %v: fewer than 8 rounds at a 1s interval", s.Duration)
+	}
+}

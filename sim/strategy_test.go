@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -56,5 +57,14 @@ func TestLocalShare(t *testing.T) {
 		if got := localShare(tt.limit, tt.n); got != tt.want {
 			t.Errorf("localShare(%v, %d) = %+v, want %+v", tt.limit, tt.n, got, tt.want)
 		}
+	}
+}
+
+func TestStartOrder(t *testing.T) {
+	runs := plan(Strategies(), []time.Duration{time.Second, 50 * time.Millisecond})
+	// plan: exact, local, optimistic 1s, optimistic 50ms, reserve 1s, reserve 50ms
+	want := []int{5, 3, 4, 2, 0, 1}
+	if got := startOrder(runs); !slices.Equal(got, want) {
+		t.Errorf("startOrder(%v) = %v, want %v", runs, got, want)
 	}
 }

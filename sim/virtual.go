@@ -47,6 +47,12 @@ const virtualPrefix = "sim:"
 // Config (seed included) gives the same Report. Runs go Parallel at once,
 // each with its own embedded Redis and limiters.
 func RunVirtual(ctx context.Context, cfg Config) (*Report, error) {
+	return runVirtual(ctx, cfg, true)
+}
+
+// runVirtual is RunVirtual with scripts run by the embedded Redis's own
+// interpreter (scripts) or by miniredis's EVAL, which tests compare.
+func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) {
 	if cfg.RTT == 0 {
 		cfg.RTT = DefaultRTT
 	}
@@ -57,6 +63,7 @@ func RunVirtual(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.scripts = scripts
 	runs := plan(cfg.Strategies, cfg.Intervals)
 	results := make([]Result, len(runs))
 	errs := make([]error, len(runs))
@@ -94,7 +101,7 @@ func RunVirtual(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}()
 	}
-	for i := range runs { // in plan order: exact, the longest, first
+	for _, i := range startOrder(runs) {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -114,12 +121,13 @@ func RunVirtual(ctx context.Context, cfg Config) (*Report, error) {
 // simulation is what every run of one report shares: the scenario, its
 // arrival stream and the oracle's decisions on it.
 type simulation struct {
-	sc     Scenario
-	reqs   []Request
-	keys   []string
-	oracle []bool
-	rtt    time.Duration
-	detail bool
+	sc      Scenario
+	reqs    []Request
+	keys    []string
+	oracle  []bool
+	rtt     time.Duration
+	detail  bool
+	scripts bool // see runVirtual
 }
 
 func newSimulation(sc Scenario, rtt time.Duration, detail bool) (*simulation, error) {
@@ -141,7 +149,7 @@ func newSimulation(sc Scenario, rtt time.Duration, detail bool) (*simulation, er
 // virtualRun runs one strategy at one interval over the stream in virtual
 // time and measures it.
 func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
-	emb, err := newEmbedded()
+	emb, err := newEmbeddedLua(s.scripts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -167,6 +175,7 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	diag.Phases = counter.ByPhase()
 	if s.detail {
 		diag.KeyCommands = counter.KeyCommands()
+		diag.KeyMessages = counter.Messages()
 	}
 	res.Diag = diag
 	return res, nil
@@ -247,18 +256,19 @@ func (s *simulation) runLocal(admitted []bool) error {
 // synchronously inside AllowNAt, so that fetch takes no virtual time (zero
 // RTT), and the decisions arriving during it are not held back.
 type hybrid struct {
-	ctx     context.Context
-	sim     *simulation
-	emb     *embedded
-	counter *Counter
-	clock   *Clock
-	ls      []*hlsync.Limiter
-	inst    []instance
-	events  events
-	seq     uint64
-	rtt     int64
-	tick    int64
-	every   int64 // presence interval
+	ctx      context.Context
+	sim      *simulation
+	emb      *embedded
+	counter  *Counter
+	clock    *Clock
+	ls       []*hlsync.Limiter
+	inst     []instance
+	events   events
+	seq      uint64
+	rtt      int64
+	tick     int64
+	every    int64         // presence interval
+	interval time.Duration // sync interval
 }
 
 type instance struct {
@@ -270,15 +280,16 @@ type instance struct {
 
 func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Counter, r run, admitted []bool) (Diagnostics, error) {
 	h := &hybrid{
-		ctx:   ctx,
-		sim:   s,
-		emb:   emb,
-		clock: NewClock(Epoch),
-		ls:    make([]*hlsync.Limiter, s.sc.Instances),
-		inst:  make([]instance, s.sc.Instances),
-		rtt:   int64(s.rtt),
-		tick:  int64(max(r.interval/4, time.Millisecond)),
-		every: int64(r.interval),
+		ctx:      ctx,
+		sim:      s,
+		emb:      emb,
+		clock:    NewClock(Epoch),
+		ls:       make([]*hlsync.Limiter, s.sc.Instances),
+		inst:     make([]instance, s.sc.Instances),
+		rtt:      int64(s.rtt),
+		tick:     int64(max(r.interval/4, time.Millisecond)),
+		every:    int64(r.interval),
+		interval: r.interval,
 	}
 	for k := range h.ls {
 		c := emb.Client(counter.Hook())
@@ -348,9 +359,14 @@ func (h *hybrid) loop(admitted []bool) error {
 			return fmt.Errorf("sim: %s: %w", l.Mode(), err)
 		}
 		admitted[i] = res.Allowed
-		if d := l.Stats().DeniedLocal; d != h.inst[r.Inst].denied {
-			h.inst[r.Inst].denied = d
-			h.wake(int(r.Inst), r.At)
+		// Only a denial with RetryAfter of one interval can be one for
+		// want of local allowance, and Stats costs a pass over the keys:
+		// ask it only then.
+		if !res.Allowed && res.RetryAfter == h.interval {
+			if d := l.Stats().DeniedLocal; d != h.inst[r.Inst].denied {
+				h.inst[r.Inst].denied = d
+				h.wake(int(r.Inst), r.At)
+			}
 		}
 		i++
 	}
@@ -468,6 +484,9 @@ type Diagnostics struct {
 	// KeyCommands counts, per Redis key and phase, the commands carrying
 	// the key (only with Config.Detail).
 	KeyCommands map[string][phases]int64
+	// KeyMessages counts, per hybrid key's bucket, its sync messages by
+	// phase and kind (only with Config.Detail).
+	KeyMessages map[string]MsgCounts
 }
 
 func (d *Diagnostics) add(s hlsync.Stats) {
