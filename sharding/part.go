@@ -93,9 +93,14 @@ func center(i, s int) int {
 
 // Group returns the slot group of part j of s of a key whose own group is
 // g, out of n groups that split the slot range evenly (group i owns the
-// i-th of n slices): the group that holds the middle of the part's Slice.
+// i-th of n slices): the parts follow g at equal steps of a 1/s of the slot
+// range, so on a cluster whose masters own equal ranges they reach min(s,
+// masters) masters unless a step lands within one group of a master's
+// boundary (TestGroupSpreads counts how often), and the parts of
+// different keys spread over all the groups rather than crowd into a few.
 func Group(g, j, s, n int) int {
-	return center(Slice(g*hybridlimit.SlotCount/n, j, s), s) * n / hybridlimit.SlotCount
+	slot := (g*hybridlimit.SlotCount/n + j*hybridlimit.SlotCount/s) % hybridlimit.SlotCount
+	return slot * n / hybridlimit.SlotCount
 }
 
 // Home returns the part an instance draws from first, the same on every

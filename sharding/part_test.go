@@ -109,12 +109,9 @@ func TestGroupAndHome(t *testing.T) {
 				if gj < 0 || gj >= n {
 					t.Fatalf("Group = %d", gj)
 				}
-				if slice := gj * s / n; slice != sharding.Slice(g*hybridlimit.SlotCount/n, j, s) {
-					t.Errorf("part %d/%d of group %d in group %d, slice %d", j, s, g, gj, slice)
-				}
 				groups[gj] = true
 			}
-			if len(groups) != s {
+			if len(groups) != s || sharding.Group(g, 0, s, n) != g {
 				t.Errorf("%d parts of group %d in groups %v", s, g, groups)
 			}
 		}
@@ -126,6 +123,41 @@ func TestGroupAndHome(t *testing.T) {
 	for j, n := range homes {
 		if n < 800 || n > 1200 {
 			t.Errorf("home %d of 4 chosen by %d of 4000 instances", j, n)
+		}
+	}
+}
+
+// TestGroupSpreads counts, over every own group of 64 and the group's
+// whole slot range (a group tag can hash anywhere in it), how often the
+// parts of a key miss min(S, M) masters of M with equal ranges. With S
+// other than M the steps leave room to spare: never. With S = M a part
+// within one group of a boundary can share its neighbour's master.
+func TestGroupSpreads(t *testing.T) {
+	const n = 64
+	width := hybridlimit.SlotCount / n
+	for m := 1; m <= 3; m++ {
+		for s := 1; s <= 8; s++ {
+			missed, tried := 0, 0
+			for g := range n {
+				for off := 0; off < width; off += 16 {
+					masters := make(map[int]bool)
+					for j := range s {
+						slot := sharding.Group(g, j, s, n)*width + off
+						masters[slot*m/hybridlimit.SlotCount] = true
+					}
+					tried++
+					if len(masters) < min(s, m) {
+						missed++
+					}
+				}
+			}
+			share := float64(missed) / float64(tried)
+			if s != m && missed > 0 || share > 0.05 {
+				t.Errorf("S=%d M=%d: %d of %d placements miss a master", s, m, missed, tried)
+			}
+			if missed > 0 {
+				t.Logf("S=%d M=%d: %.1f%% of placements reach fewer than %d masters", s, m, 100*share, min(s, m))
+			}
 		}
 	}
 }

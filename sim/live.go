@@ -153,9 +153,9 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			res, err := ts[inst].Allow(key, share)
 			return res.Allowed, err
 		}
-	case Optimistic, Reserve:
+	case Optimistic, Reserve, ReserveSharded:
 		for k := range n {
-			l, err := hlsync.New(rig.clients[k], hybridOptions(r.strategy, prefix, k, r.interval)...)
+			l, err := hlsync.New(rig.clients[k], hybridOptions(r.strategy, prefix, k, n, r.interval)...)
 			if err != nil {
 				rig.close()
 				return nil, fmt.Errorf("sim: %w", err)

@@ -46,7 +46,7 @@ const (
 	syncArgs     = 5
 	syncKeyArgs  = 9
 	syncKeyKeys  = 3
-	syncReplyLen = 5
+	syncReplyLen = 7
 )
 
 // classify returns, for a call of the sync script and its reply, each

@@ -26,14 +26,14 @@ const (
 	Optimistic Strategy = "optimistic"
 	// Reserve is the hybrid limiter in Reserve mode, its default.
 	Reserve Strategy = "reserve"
-	// ReserveSharded is Reserve with hot keys split across hash slots. It
-	// waits for the sharding issue: the name is reserved, and hybridOptions
-	// is where its option will go.
+	// ReserveSharded is Reserve with automatic sharding: keys the
+	// instances find hot are split over several hash slots (see
+	// shardedOptions).
 	ReserveSharded Strategy = "reserve-sharded"
 )
 
 // Strategies lists the strategies that can run, in report order.
-func Strategies() []Strategy { return []Strategy{Exact, Local, Optimistic, Reserve} }
+func Strategies() []Strategy { return []Strategy{Exact, Local, Optimistic, Reserve, ReserveSharded} }
 
 // Synced reports whether the strategy depends on the sync interval. Those
 // that do not (exact, local) run once per report, not once per interval.
@@ -48,8 +48,6 @@ func ParseStrategies(list string) ([]Strategy, error) {
 	for _, f := range strings.Split(list, ",") {
 		s := Strategy(strings.TrimSpace(f))
 		switch {
-		case s == ReserveSharded:
-			return nil, fmt.Errorf("sim: strategy %q is not available yet: it waits for the sharding issue", s)
 		case !slices.Contains(Strategies(), s):
 			return nil, fmt.Errorf("sim: unknown strategy %q (want a comma list of %s, or all)", s, joinStrategies())
 		case slices.Contains(out, s):
@@ -101,7 +99,7 @@ func localShare(l hybridlimit.Limit, n int) hybridlimit.Limit {
 
 // hybridOptions returns the options of a hybrid strategy's instance k,
 // beyond the client, clock and interval the mode adds.
-func hybridOptions(s Strategy, prefix string, k int, interval time.Duration) []hlsync.Option {
+func hybridOptions(s Strategy, prefix string, k, instances int, interval time.Duration) []hlsync.Option {
 	opts := []hlsync.Option{
 		hlsync.WithPrefix(prefix),
 		hlsync.WithInstanceID(fmt.Sprintf("i%d", k)),
@@ -112,9 +110,23 @@ func hybridOptions(s Strategy, prefix string, k int, interval time.Duration) []h
 		opts = append(opts, hlsync.WithMode(hlsync.Optimistic))
 	case Reserve:
 		opts = append(opts, hlsync.WithMode(hlsync.Reserve))
-		// case ReserveSharded: Reserve plus the sharding option, once it lands.
+	case ReserveSharded:
+		opts = append(opts, hlsync.WithMode(hlsync.Reserve), hlsync.WithAutoShards(shardedOptions(instances, interval)))
 	}
 	return opts
+}
+
+// shardedOptions is the automatic sharding of the reserve-sharded
+// strategy: a key is hot when it costs Redis more than two messages per
+// instance per interval, which a key only reaches when its instances keep
+// fetching beyond their leases (demand near or over its limit); it is
+// split 4 ways and merged back after 5 seconds below a quarter of that.
+func shardedOptions(instances int, interval time.Duration) hlsync.AutoShards {
+	return hlsync.AutoShards{
+		Max:   4,
+		Above: 2 * float64(instances) / interval.Seconds(),
+		Hold:  5 * time.Second,
+	}
 }
 
 // run is one strategy at one sync interval (0 for those not synced).

@@ -163,7 +163,7 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 		err = s.runExact(ctx, emb, counter, admitted)
 	case Local:
 		err = s.runLocal(admitted)
-	case Optimistic, Reserve:
+	case Optimistic, Reserve, ReserveSharded:
 		diag, err = s.runHybrid(ctx, emb, counter, r, admitted)
 	default:
 		err = fmt.Errorf("sim: strategy %q cannot run", r.strategy)
@@ -298,7 +298,7 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 		// also bounds it with a wall-clock timer of the max wait; a minute
 		// keeps a slow machine from cutting a fetch short, which would let
 		// the fetch finish behind the engine's back.
-		opts := append(hybridOptions(r.strategy, virtualPrefix, k, r.interval), hlsync.WithClock(h.clock), hlsync.WithMaxWait(time.Minute))
+		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval), hlsync.WithClock(h.clock), hlsync.WithMaxWait(time.Minute))
 		l, err := hlsync.New(c, opts...)
 		if err != nil {
 			return Diagnostics{}, fmt.Errorf("sim: %w", err)
@@ -433,6 +433,8 @@ func (h *hybrid) handle(ev event) error {
 		// A failed announce keeps the last count, as in the loop.
 		h.counter.SetPhase(PhasePresence)
 		_ = h.ls[k].Announce(h.ctx)
+		// The loop's other chore: automatic sharding (a no-op without it).
+		_ = h.ls[k].Reshard(h.ctx)
 		h.counter.SetPhase(PhaseDecision)
 	case evSend:
 		// A failed call leaves its keys for the next round, as in the loop.

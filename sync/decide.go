@@ -107,41 +107,59 @@ func denied(limit hybridlimit.Limit, retry time.Duration, src hybridlimit.Source
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
 // fallOver looks beyond the home part of a split key when it has no
-// allowance: it spends from another part that holds some, or else returns
-// the first part, counting from home, that Redis has not reported empty,
-// to fetch for; when every part is empty it denies until the soonest one
-// refills.
+// allowance: it spends from another part that holds some; while Redis
+// has not reported home empty, it fetches from home; else from the part
+// it last fell over to, while that one is not empty either; else it turns
+// to the next sibling, but at most once a sync interval and to a different
+// one each time: the instances' home parts spread them over the parts,
+// which then drain alike, so a sibling of an empty home is most likely
+// empty too, and asking every sibling on every denial would multiply a hot
+// key's messages by its parts. When it may ask none, it denies until the
+// soonest part refills.
 func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now time.Time, src hybridlimit.Source) (*entry, hybridlimit.Result, bool) {
-	s := int(home.shards)
-	var target *entry
-	var soonest int64
-	for i := range s {
-		p := home
-		if i > 0 {
-			var err error
-			if p, err = l.part(home.owner, limit, now, (int(home.shard)+i)%s, home.layout()); err != nil {
-				continue // table full: make do with the parts there are
-			}
-			if n := p.avail.Add(-cost); n >= 0 {
-				return nil, l.admitted(p, limit, n, src), true
-			}
-			p.avail.Add(cost)
-		}
-		if until := p.denyUntil.Load(); until > l.nanos(now) {
-			if soonest == 0 || until < soonest {
-				soonest = until
-			}
+	s, at, t := int(home.shards), home.layout(), l.nanos(now)
+	parts := make([]*entry, s)
+	for j := range s {
+		if j == int(home.shard) {
+			parts[j] = home
 			continue
 		}
-		if target == nil {
-			target = p
+		p, err := l.part(home.owner, limit, now, j, at)
+		if err != nil {
+			continue // table full: make do with the parts there are
+		}
+		if n := p.avail.Add(-cost); n >= 0 {
+			return nil, l.admitted(p, limit, n, src), true
+		}
+		p.avail.Add(cost)
+		parts[j] = p
+	}
+	open := func(p *entry) bool { return p != nil && p.denyUntil.Load() <= t }
+	if open(home) {
+		return home, hybridlimit.Result{}, false
+	}
+	if via := parts[home.via.Load()]; via != home && open(via) {
+		return via, hybridlimit.Result{}, false
+	}
+	if asked := home.fellOver.Load(); asked == 0 || t-asked >= int64(l.cfg.interval) {
+		turn := int(t / int64(l.cfg.interval))
+		for i := range s - 1 {
+			j := (int(home.shard) + 1 + (turn+i)%(s-1)) % s
+			if open(parts[j]) {
+				home.via.Store(int32(j))
+				home.fellOver.Store(max(t, 1))
+				return parts[j], hybridlimit.Result{}, false
+			}
 		}
 	}
-	if target == nil {
-		l.stats.deniedRemote.Add(1)
-		return nil, denied(limit, time.Duration(soonest-l.nanos(now)), src), true
+	soonest := home.denyUntil.Load()
+	for _, p := range parts {
+		if p != nil && p.denyUntil.Load() > t {
+			soonest = min(soonest, p.denyUntil.Load())
+		}
 	}
-	return target, hybridlimit.Result{}, false
+	l.stats.deniedRemote.Add(1)
+	return nil, denied(limit, time.Duration(max(soonest-t, 0)), src), true
 }
 
 // entry returns the live entry for key, split into shards parts, creating
@@ -226,6 +244,7 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)
 	e.partLeft.Store(partLimit(e).Burst)
+	e.via.Store(int32(j))
 	return e
 }
 

@@ -63,7 +63,9 @@ type entry struct {
 	demand   float64       // tokens per second, smoothed
 	nextSync time.Time     // when the loop should reconcile this entry next
 	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
-	_        [16]byte      // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
+	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
+	via      atomic.Int32  // home of a split key: the part decisions turned to last (home's own index at first)
+	_        [4]byte       // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
 }
 
 // layout returns the layout of e's key that e belongs to.

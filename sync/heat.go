@@ -45,13 +45,18 @@ func (h *heat) add(key string) {
 }
 
 // take returns the counted keys with the messages each surely sent since
-// the last take, and the time since then, and starts a new window.
-func (h *heat) take(now time.Time) (map[string]int64, time.Duration) {
+// the last take, and the time since then, and starts a new window; or
+// nothing if the window is younger than least.
+func (h *heat) take(now time.Time, least time.Duration) (map[string]int64, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	window := now.Sub(h.start)
 	if h.start.IsZero() {
-		window = 0
+		h.start = now
+		return nil, 0
+	}
+	if window < least {
+		return nil, 0
 	}
 	out := make(map[string]int64, len(h.counts))
 	for k, c := range h.counts {

@@ -78,7 +78,7 @@ func (l *Limiter) loop(ctx context.Context) error {
 			lastPresence = now
 		}
 		l.Sync(ctx)
-		if now.Sub(lastReshard) >= max(l.cfg.interval, time.Second) {
+		if now.Sub(lastReshard) >= l.cfg.interval {
 			if err := l.Reshard(ctx); err != nil {
 				l.cfg.logger.Debug("sync: reshard", "err", err)
 			}

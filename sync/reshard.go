@@ -43,17 +43,19 @@ type AutoShards struct {
 // changed by another instance (or its view of it stale): nothing moved.
 var ErrReshardRace = errors.New("sync: key resharded meanwhile")
 
-// Reshard runs automatic sharding once: it splits the keys the last
-// check window found hot and merges back the split keys that stayed cool.
-// The loop calls it every second; call it yourself only to drive a Limiter
-// without the loop. It does nothing without WithAutoShards.
+// Reshard runs automatic sharding: once a check window (the sync interval,
+// at least a second) has passed since the last check, it splits the keys
+// the window found hot and merges back the split keys that stayed cool;
+// sooner, it does nothing, so a rate is never judged on a few messages.
+// The loop calls it every interval; call it yourself only to drive a
+// Limiter without the loop. It does nothing without WithAutoShards.
 func (l *Limiter) Reshard(ctx context.Context) error {
 	if l.cfg.auto.Max == 0 {
 		return nil
 	}
 	now := l.cfg.clock.Now()
 	live := float64(max(l.live.Load(), 1))
-	hot, window := l.heat.take(now)
+	hot, window := l.heat.take(now, l.reshardEvery())
 	if window <= 0 {
 		return nil
 	}
@@ -93,6 +95,9 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 	})
 	return errors.Join(errs...)
 }
+
+// reshardEvery is the check window of automatic sharding.
+func (l *Limiter) reshardEvery() time.Duration { return max(l.cfg.interval, time.Second) }
 
 // markerLife is how long the markers of a moved key's configured layout
 // live without renewal: long enough for any instance to hear of the move,

@@ -121,7 +121,12 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
-	if !final && now.Sub(e.usedAt) < l.idleHold() && !l.lowLimit(limit) {
+	// A split key's parts other than home serve only while home is dry
+	// (Redis said empty): then they lease as home would, else they fetch
+	// only what waits, so a split key costs each instance the messages of
+	// one part at a time, not of all.
+	serving := e.key == e.owner || l.homeDry(e.owner, now)
+	if !final && serving && now.Sub(e.usedAt) < l.idleHold() && !l.lowLimit(e, limit) {
 		lease := int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
 		want += max(lease, l.minLease(limit))
 	}
@@ -139,6 +144,13 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	m.value = e.issued
 	return m, m.value != e.acked || e.unacked || !e.synced.Load() && e.waiting > 0
+}
+
+// homeDry reports whether the home part of split key is empty by Redis's
+// last word.
+func (l *Limiter) homeDry(key string, now time.Time) bool {
+	h := l.table.get(key)
+	return h != nil && h.denyUntil.Load() > l.nanos(now)
 }
 
 // Lease sizing.
@@ -169,11 +181,14 @@ func (l *Limiter) minLease(limit hybridlimit.Limit) int64 {
 	return min(maxMinLease, limit.Burst/(4*max(l.live.Load(), 1)))
 }
 
-// lowLimit reports whether a limit is too low to lease ahead of demand:
-// fewer than the low-limit threshold of tokens per instance per interval.
-func (l *Limiter) lowLimit(limit hybridlimit.Limit) bool {
-	perInstance := limit.TokensIn(l.cfg.interval) / float64(max(l.live.Load(), 1))
-	return perInstance < l.cfg.lowLimit
+// lowLimit reports whether e's part of its key's limit is too low to lease
+// ahead of demand: fewer than the low-limit threshold of tokens per
+// instance per interval. The parts of a split key each serve the instances
+// whose home they are, about live/shards of them, so a split leaves the
+// rule where it was for the key.
+func (l *Limiter) lowLimit(e *entry, limit hybridlimit.Limit) bool {
+	users := max(l.live.Load()/int64(max(e.shards, 1)), 1)
+	return limit.TokensIn(l.cfg.interval)/float64(users) < l.cfg.lowLimit
 }
 
 // exec sends the round's messages and stores the replies in them. A call
@@ -398,7 +413,7 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		// what refilled meanwhile: every instance polling an empty bucket
 		// would cost a fetch per token.
 		until := now.Add(time.Duration(retryUS) * time.Microsecond)
-		if !l.lowLimit(m.limit) && e.nextSync.After(until) {
+		if !l.lowLimit(e, m.limit) && e.nextSync.After(until) {
 			until = e.nextSync
 		}
 		e.denyUntil.Store(l.nanos(until))
