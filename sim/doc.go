@@ -5,10 +5,11 @@
 //
 // A run takes a Scenario (a workload: hotspot, uniform, flash, skewed-lb),
 // generates its arrival stream from a seed, feeds the same stream to each
-// Strategy (exact, local, optimistic, reserve) at each sync interval, and
-// compares every strategy with the oracle: one exact token bucket per key
-// (local.Core) that sees the merged stream in time order. The measures are
-// in measure.go; Report renders them as a table, JSON, CSV or an SVG chart.
+// Strategy (exact, local, optimistic, reserve, reserve-sharded) at each
+// sync interval, and compares every strategy with the oracle: one exact
+// token bucket per key (local.Core) that sees the merged stream in time
+// order. The measures are in measure.go; Report renders them as a table,
+// JSON, CSV or an SVG chart.
 //
 // Two modes:
 //

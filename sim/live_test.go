@@ -16,7 +16,7 @@ func liveConfig() Config {
 
 func checkLive(t *testing.T, rep *Report) {
 	t.Helper()
-	if rep.Mode != "live" || len(rep.Results) != 4 {
+	if rep.Mode != "live" || len(rep.Results) != len(Strategies()) {
 		t.Fatalf("live report: mode %q, %d results", rep.Mode, len(rep.Results))
 	}
 	for _, r := range rep.Results {
@@ -35,7 +35,7 @@ func checkLive(t *testing.T, rep *Report) {
 		// The oracle replays the workers' clock while Redis decides on its
 		// own, so live accuracy is close, not exact. Reserve must not
 		// exceed the global bucket; optimistic may, and is not bounded here.
-		if (r.Strategy == Exact || r.Strategy == Reserve) && (r.OvershootRatio > 0.05 || r.UndershootRatio > 0.2) {
+		if (r.Strategy == Exact || r.Strategy == Reserve || r.Strategy == ReserveSharded) && (r.OvershootRatio > 0.05 || r.UndershootRatio > 0.2) {
 			t.Errorf("%s: overshoot %v, undershoot %v", r.Label(), r.OvershootRatio, r.UndershootRatio)
 		}
 	}

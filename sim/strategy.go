@@ -160,7 +160,7 @@ func plan(strategies []Strategy, intervals []time.Duration) []run {
 func startOrder(runs []run) []int {
 	rank := func(r run) int {
 		switch r.strategy {
-		case Reserve:
+		case Reserve, ReserveSharded:
 			return 0
 		case Optimistic:
 			return 1

@@ -9,13 +9,13 @@ import (
 )
 
 func TestParseStrategiesAndIntervals(t *testing.T) {
-	if got, err := ParseStrategies("all"); err != nil || len(got) != 4 {
+	if got, err := ParseStrategies("all"); err != nil || len(got) != 5 {
 		t.Errorf(`ParseStrategies("all") = %v, %v`, got, err)
 	}
 	if got, err := ParseStrategies(" reserve,exact "); err != nil || len(got) != 2 || got[0] != Reserve {
 		t.Errorf("ParseStrategies = %v, %v", got, err)
 	}
-	for _, bad := range []string{"", "fast", "reserve,reserve", "reserve-sharded"} {
+	for _, bad := range []string{"", "fast", "reserve,reserve", "reserve-sharded,reserve-sharded"} {
 		if _, err := ParseStrategies(bad); err == nil {
 			t.Errorf("ParseStrategies(%q) succeeded", bad)
 		}
@@ -62,8 +62,9 @@ func TestLocalShare(t *testing.T) {
 
 func TestStartOrder(t *testing.T) {
 	runs := plan(Strategies(), []time.Duration{time.Second, 50 * time.Millisecond})
-	// plan: exact, local, optimistic 1s, optimistic 50ms, reserve 1s, reserve 50ms
-	want := []int{5, 3, 4, 2, 0, 1}
+	// plan: exact, local, optimistic 1s, optimistic 50ms, reserve 1s,
+	// reserve 50ms, reserve-sharded 1s, reserve-sharded 50ms
+	want := []int{5, 7, 3, 4, 6, 2, 0, 1}
 	if got := startOrder(runs); !slices.Equal(got, want) {
 		t.Errorf("startOrder(%v) = %v, want %v", runs, got, want)
 	}

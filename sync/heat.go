@@ -34,9 +34,11 @@ func (h *heat) add(key string) {
 		h.counts[key] = [2]int64{1, 0}
 		return
 	}
+	// The smallest count goes, the smallest key among equals, so that a
+	// simulation in virtual time replays exactly.
 	victim, least := "", int64(-1)
 	for k, c := range h.counts {
-		if least < 0 || c[0] < least {
+		if least < 0 || c[0] < least || c[0] == least && k < victim {
 			victim, least = k, c[0]
 		}
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
@@ -60,8 +63,9 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	for key, count := range hot {
-		rate := float64(count) / window.Seconds() * live
+	// In key order, so that a simulation in virtual time replays exactly.
+	for _, key := range slices.Sorted(maps.Keys(hot)) {
+		rate := float64(hot[key]) / window.Seconds() * live
 		home := l.table.get(key)
 		if home == nil || home.dead.Load() || rate < l.cfg.auto.Above {
 			continue
@@ -73,26 +77,30 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 			errs = append(errs, l.reshard(ctx, key, limit, from, layout{to, from.gen + 1}))
 		}
 	}
+	var split []*entry
 	l.table.each(func(home *entry) {
-		if home.gen == 0 || home.dead.Load() {
-			return
+		if home.gen != 0 && !home.dead.Load() {
+			split = append(split, home)
 		}
+	})
+	slices.SortFunc(split, func(a, b *entry) int { return strings.Compare(a.owner, b.owner) })
+	for _, home := range split {
 		key := home.owner
 		rate := float64(hot[key]) / window.Seconds() * live
 		since := l.cool.note(key, now, rate < l.cfg.auto.Below)
 		from := home.layout()
 		if since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
 			l.keepMarkers(ctx, key, *home.limit.Load(), from, now)
-			return
+			continue
 		}
 		limit := *home.limit.Load()
 		s, err := l.shardCount(key, limit)
 		if err != nil {
-			return
+			continue
 		}
 		l.cool.delete(key)
 		errs = append(errs, l.reshard(ctx, key, limit, from, layout{s, from.gen + 1}))
-	})
+	}
 	return errors.Join(errs...)
 }
 

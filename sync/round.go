@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -363,6 +365,9 @@ func (r *round) apply(now time.Time) {
 		}
 		e.mu.Unlock()
 	}
+	// In key order: a move numbers a new entry, so that a simulation in
+	// virtual time replays exactly.
+	slices.SortFunc(moved, func(a, b *message) int { return strings.Compare(a.e.owner, b.e.owner) })
 	for _, m := range moved {
 		// The part is closed: the key lives in the layout its marker names.
 		l.move(m.e.owner, layout{int(m.reply[5]), int(m.reply[6])}, now)

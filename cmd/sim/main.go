@@ -71,7 +71,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	var (
 		scenario   = fs.String("scenario", string(sim.Hotspot), "workload: hotspot, uniform, flash, skewed-lb")
-		strategies = fs.String("strategies", "all", "comma list of exact, local, optimistic, reserve; or all")
+		strategies = fs.String("strategies", "all", "comma list of exact, local, optimistic, reserve, reserve-sharded; or all")
 		syncs      = fs.String("sync", "50ms,100ms,200ms,500ms,1s", "comma list of sync intervals for optimistic and reserve")
 		instances  = fs.Int("instances", 0, "limiter instances (default 8)")
 		keys       = fs.Int("keys", 0, "keys (default 2000; uniform 100, flash 200)")

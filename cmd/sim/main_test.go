@@ -35,7 +35,7 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"-scenario", "zigzag"}, "unknown scenario"},
 		{[]string{"-strategies", "exact,fast"}, `unknown strategy "fast"`},
-		{[]string{"-strategies", "reserve-sharded"}, "sharding issue"},
+		{[]string{"-strategies", "reserve-sharded,reserve-sharded"}, "listed twice"},
 		{[]string{"-sync", "50ms,soon"}, "-sync"},
 		{[]string{"-sync", "0s"}, "outside [1ms, 1m]"},
 		{[]string{"-instances", "0"}, "instances 0"},
