@@ -30,6 +30,10 @@ type LiveTarget struct {
 	// Workers is the number of goroutines asking each instance's limiter
 	// (default 2 x GOMAXPROCS).
 	Workers int
+	// Durable, if above 0, turns on durable sync for the hybrid
+	// strategies: each sync call waits for that many replicas, within one
+	// sync interval (sync.WithDurableSync), so a run shows what it costs.
+	Durable int
 }
 
 // latencyEvery is how often a live worker times a decision: every 64th,
@@ -155,7 +159,11 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 		}
 	case Optimistic, Reserve, ReserveSharded:
 		for k := range n {
-			l, err := hlsync.New(rig.clients[k], hybridOptions(r.strategy, prefix, k, n, r.interval)...)
+			opts := hybridOptions(r.strategy, prefix, k, n, r.interval)
+			if t.Durable > 0 {
+				opts = append(opts, hlsync.WithDurableSync(t.Durable, r.interval))
+			}
+			l, err := hlsync.New(rig.clients[k], opts...)
 			if err != nil {
 				rig.close()
 				return nil, fmt.Errorf("sim: %w", err)

@@ -19,8 +19,9 @@ type ErrorClass uint8
 
 const (
 	// ErrorTimeout: no reply in time. The round timeout or another context
-	// deadline passed, a socket read or write timed out, or no pooled
-	// connection freed up in time. A refused connection shows as a timeout
+	// deadline passed, a socket read or write timed out, no pooled
+	// connection freed up in time, or too few replicas acknowledged a
+	// durable sync in time (ErrNotDurable). A refused connection shows as a timeout
 	// too when the client is still retrying the dial at the deadline
 	// (go-redis tries 5 times, some 0.4s in all).
 	ErrorTimeout ErrorClass = iota
@@ -64,7 +65,7 @@ func classify(err error) ErrorClass {
 		return ErrorMalformed
 	case errors.As(err, &reply):
 		return ErrorReply
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, ErrNotDurable),
 		errors.As(err, &nerr) && nerr.Timeout():
 		return ErrorTimeout
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),

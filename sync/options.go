@@ -99,8 +99,12 @@ type config struct {
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
 	auto           AutoShards
-	logger         *slog.Logger
-	clock          Clock
+	durable        struct {
+		replicas int
+		timeout  time.Duration
+	}
+	logger *slog.Logger
+	clock  Clock
 }
 
 func defaults() config {
@@ -353,6 +357,29 @@ func WithAutoShards(a AutoShards) Option {
 			return fmt.Errorf("sync: auto shards: negative hold %v", a.Hold)
 		}
 		c.auto = a
+		return nil
+	})
+}
+
+// WithDurableSync makes every sync call wait until replicas replicas have
+// its writes (Redis WAIT on the same connection, within timeout) before
+// its reply counts: a grant is spent only once a failover can no longer
+// lose it, which closes the over-admission window of asynchronous
+// replication (docs/design.md section 7) at the price of a replication
+// round trip per round. A call not acknowledged in time counts as failed:
+// its messages go again next round, idempotently, and the failure policy
+// applies while it lasts. With a cluster client each node's calls go
+// through that node's own client, so that WAIT follows them.
+// Example: WithDurableSync(1, 50*time.Millisecond).
+func WithDurableSync(replicas int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if replicas < 1 || replicas > 100 {
+			return fmt.Errorf("sync: durable sync: replicas %d is outside [1, 100]", replicas)
+		}
+		if timeout < time.Millisecond || timeout > time.Minute {
+			return fmt.Errorf("sync: durable sync: timeout %v is outside [1ms, 1m]", timeout)
+		}
+		c.durable.replicas, c.durable.timeout = replicas, timeout
 		return nil
 	})
 }

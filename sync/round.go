@@ -7,9 +7,12 @@ import (
 	"math"
 	"slices"
 	"strings"
+	stdsync "sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -204,17 +207,50 @@ func (r *round) exec(ctx context.Context) error {
 	calls := r.batches()
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(pipelineParallel)
-	errs := make([]error, (len(calls)+pipelineCalls-1)/pipelineCalls)
-	for i := 0; i*pipelineCalls < len(calls); i++ {
-		part := calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]
-		g.Go(func() error {
-			errs[i] = r.l.pipeline(ctx, part)
-			return nil
-		})
+	var mu stdsync.Mutex
+	var errs []error
+	for node, calls := range r.l.byNode(ctx, calls) {
+		for i := 0; i*pipelineCalls < len(calls); i++ {
+			part := calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]
+			g.Go(func() error {
+				if err := r.l.pipeline(ctx, node, part); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
 	}
 	_ = g.Wait()
 	r.l.stats.scriptCalls.Add(uint64(len(calls)))
 	return errors.Join(errs...)
+}
+
+// masterForKey is the part of *redis.ClusterClient that finds a key's node.
+type masterForKey interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// byNode returns the calls to send through each client: all through the
+// limiter's client, unless durable sync is on with a cluster client. WAIT
+// counts the replicas that have the writes of its own connection, so then
+// each node's calls go through that node's client, in pipelines that end
+// with WAIT on the same connection.
+func (l *Limiter) byNode(ctx context.Context, calls []*call) map[hybridlimit.Redis][]*call {
+	cc, cluster := l.rdb.(masterForKey)
+	if l.cfg.durable.replicas == 0 || !cluster {
+		return map[hybridlimit.Redis][]*call{l.rdb: calls}
+	}
+	out := make(map[hybridlimit.Redis][]*call)
+	for _, c := range calls {
+		var node hybridlimit.Redis = l.rdb // no node known: the calls fail (waitReplicas) and go again next round
+		if n, err := cc.MasterForKey(ctx, c.keys[0]); err == nil {
+			node = n
+		}
+		out[node] = append(out[node], c)
+	}
+	return out
 }
 
 // call is one script call: the messages of one slot group, in order.
@@ -287,29 +323,40 @@ func (l *Limiter) ledgerTTLDuration() time.Duration { return max(time.Minute, 20
 // meet NOSCRIPT (a restarted or failed-over node) are sent again with EVAL,
 // which also loads the script there; messages are idempotent, so a call
 // that did run is harmless to repeat.
-func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
-	pipe := l.rdb.Pipeline()
+func (l *Limiter) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*call) error {
+	pipe := rdb.Pipeline()
 	cmds := make([]interface{ Result() (any, error) }, len(calls))
 	for i, c := range calls {
 		cmds[i] = lua.Sync.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
+	durable := make([]error, len(calls))
+	wait := l.waitReplicas(ctx, rdb, pipe)
 	_, _ = pipe.Exec(ctx)
 	var retry []int
 	for i, cmd := range cmds {
 		if _, err := cmd.Result(); lua.IsNoScript(err) {
 			retry = append(retry, i)
+		} else {
+			durable[i] = wait()
 		}
 	}
 	if len(retry) > 0 {
-		pipe = l.rdb.Pipeline()
+		pipe = rdb.Pipeline()
 		for _, i := range retry {
 			cmds[i] = lua.Sync.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
+		wait := l.waitReplicas(ctx, rdb, pipe)
 		_, _ = pipe.Exec(ctx)
+		for _, i := range retry {
+			durable[i] = wait()
+		}
 	}
 	var errs []error
 	for i, cmd := range cmds {
 		reply, err := cmd.Result()
+		if err == nil {
+			err = durable[i]
+		}
 		if err == nil {
 			err = decodeInto(reply, calls[i].msgs)
 		} else {
@@ -321,6 +368,37 @@ func (l *Limiter) pipeline(ctx context.Context, calls []*call) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ErrNotDurable is wrapped by the errors of sync calls whose writes fewer
+// replicas than WithDurableSync asks for acknowledged in time.
+var ErrNotDurable = errors.New("sync: writes not acknowledged by enough replicas")
+
+// waitReplicas adds WAIT to pipe when durable sync is on, and returns what
+// reports its outcome once pipe ran: nil when enough replicas have the
+// writes of the pipeline's connection. Without durable sync it adds
+// nothing and reports nil. A cluster client's pipeline spreads over nodes,
+// so WAIT is added only to a node's own client (see byNode).
+func (l *Limiter) waitReplicas(ctx context.Context, rdb hybridlimit.Redis, pipe redis.Pipeliner) func() error {
+	d := l.cfg.durable
+	if d.replicas == 0 {
+		return func() error { return nil }
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		// byNode found no node for these calls: no promise to keep.
+		return func() error { return fmt.Errorf("%w: no node known for the keys", ErrNotDurable) }
+	}
+	cmd := pipe.Do(ctx, "WAIT", d.replicas, d.timeout.Milliseconds())
+	return func() error {
+		n, err := cmd.Int()
+		if err != nil {
+			return fmt.Errorf("sync: WAIT: %w", err)
+		}
+		if n < d.replicas {
+			return fmt.Errorf("%w: %d of %d within %v", ErrNotDurable, n, d.replicas, d.timeout)
+		}
+		return nil
+	}
 }
 
 func decodeInto(reply any, msgs []*message) error {

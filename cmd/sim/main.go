@@ -88,6 +88,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		redisAddr  = fs.String("redis", "", "live: a Redis server, host:port")
 		cluster    = fs.String("cluster", "", "live: comma list of Redis Cluster nodes")
 		workers    = fs.Int("workers", 0, "live: goroutines per instance (default 2 x GOMAXPROCS)")
+		durable    = fs.Int("durable", 0, "live: hybrid sync calls wait for this many replicas (WAIT), to measure durable sync")
 		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
@@ -163,8 +164,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		cpuprof:  *cpuprof,
 	}
 	switch {
-	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"]):
-		return nil, bad("-redis, -cluster and -workers need -live")
+	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"] || set["durable"]):
+		return nil, bad("-redis, -cluster, -workers and -durable need -live")
+	case *durable < 0 || *durable > 100:
+		return nil, bad("-durable %d is outside [0, 100]", *durable)
 	case *live && *redisAddr == "" && *cluster == "":
 		return nil, bad("-live needs -redis host:port or -cluster a,b,c")
 	case *redisAddr != "" && *cluster != "":
@@ -174,7 +177,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	case *workers < 0:
 		return nil, bad("-workers %d is negative", *workers)
 	}
-	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers}
+	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
 	if *cluster != "" {
 		for _, a := range strings.Split(*cluster, ",") {
 			if a = strings.TrimSpace(a); a != "" {

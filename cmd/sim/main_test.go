@@ -37,6 +37,7 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"-strategies", "exact,fast"}, `unknown strategy "fast"`},
 		{[]string{"-strategies", "reserve-sharded,reserve-sharded"}, "listed twice"},
 		{[]string{"-sync", "50ms,soon"}, "-sync"},
+		{[]string{"-durable", "1"}, "need -live"},
 		{[]string{"-sync", "0s"}, "outside [1ms, 1m]"},
 		{[]string{"-instances", "0"}, "instances 0"},
 		{[]string{"-duration", "-1s"}, "duration"},
