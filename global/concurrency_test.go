@@ -135,7 +135,7 @@ func TestConcurrencyHammer(t *testing.T) {
 	redistest.NoLeaks(t)
 	limit := ConcurrencyLimit{MaxInFlight: 50, LeaseTTL: time.Hour}
 	for _, top := range topologies {
-		t.Run(top.name, func(t *testing.T) {
+		t.Run(top.Name, func(t *testing.T) {
 			p := redistest.Prefix(t)
 			var (
 				next, granted, held, peak atomic.Int64
@@ -145,7 +145,7 @@ func TestConcurrencyHammer(t *testing.T) {
 			)
 			limiters := make([]*Concurrency, hammerClients)
 			for i := range limiters {
-				cc, err := NewConcurrency(top.dial(t), WithPrefix(p))
+				cc, err := NewConcurrency(top.Dial(t), WithPrefix(p))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -175,7 +175,7 @@ func TestConcurrencyHammer(t *testing.T) {
 			if got := granted.Load(); got != limit.MaxInFlight {
 				t.Errorf("%d attempts granted %d leases, want exactly %d", attempts, got, limit.MaxInFlight)
 			}
-			checkTTLs(t, top.dial(t), p)
+			checkTTLs(t, top.Dial(t), p)
 			for _, l := range leases {
 				if ok, err := limiters[0].Release(t.Context(), l); err != nil || !ok {
 					t.Errorf("Release = %v, %v", ok, err)
@@ -215,7 +215,7 @@ func TestConcurrencyHammer(t *testing.T) {
 			if peak.Load() > limit.MaxInFlight || granted.Load() == 0 {
 				t.Errorf("held at most %d leases (of %d granted), want at most %d", peak.Load(), granted.Load(), limit.MaxInFlight)
 			}
-			if noTTL, _ := redistest.KeysWithoutTTL(t, top.dial(t), p); len(noTTL) > 0 {
+			if noTTL, _ := redistest.KeysWithoutTTL(t, top.Dial(t), p); len(noTTL) > 0 {
 				t.Errorf("keys without TTL: %q", noTTL)
 			}
 		})

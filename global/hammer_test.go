@@ -77,12 +77,12 @@ func TestLimiterHammer(t *testing.T) {
 	redistest.NoLeaks(t)
 	skipNearWindowEnd(t)
 	for _, top := range topologies {
-		t.Run(top.name, func(t *testing.T) {
+		t.Run(top.Name, func(t *testing.T) {
 			p := redistest.Prefix(t)
 			for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, SlidingLog} {
 				t.Run(alg.String(), func(t *testing.T) {
 					const attempts = 2500
-					got, _ := hammer(t, top.dial, alg, p, "hot{key}", attempts, func(int) int64 { return 1 })
+					got, _ := hammer(t, top.Dial, alg, p, "hot{key}", attempts, func(int) int64 { return 1 })
 					if got != hammerLimit.Burst {
 						t.Errorf("%d goroutines made %d attempts: %d admitted, want exactly %d",
 							hammerClients*hammerGoroutines, attempts, got, hammerLimit.Burst)
@@ -90,8 +90,8 @@ func TestLimiterHammer(t *testing.T) {
 					// Weighted: costs 1, 2, 3 in turn. Nothing refills, so
 					// what was spent plus what remains is the burst, and the
 					// last denials leave less than the largest cost.
-					_, spent := hammer(t, top.dial, alg, p, "weighted", 1500, func(i int) int64 { return int64(1 + i%3) })
-					l, err := New(top.dial(t), alg, WithPrefix(p))
+					_, spent := hammer(t, top.Dial, alg, p, "weighted", 1500, func(i int) int64 { return int64(1 + i%3) })
+					l, err := New(top.Dial(t), alg, WithPrefix(p))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -105,7 +105,7 @@ func TestLimiterHammer(t *testing.T) {
 					}
 				})
 			}
-			checkTTLs(t, top.dial(t), p)
+			checkTTLs(t, top.Dial(t), p)
 		})
 	}
 }

@@ -21,8 +21,8 @@ func TestAllowRedisTime(t *testing.T) {
 	redistest.NoLeaks(t)
 	limit := hybridlimit.PerHour(2)
 	for _, top := range topologies {
-		t.Run(top.name, func(t *testing.T) {
-			c := top.dial(t)
+		t.Run(top.Name, func(t *testing.T) {
+			c := top.Dial(t)
 			p := redistest.Prefix(t)
 			for _, alg := range algorithms {
 				l, err := New(c, alg, WithPrefix(p))
@@ -87,8 +87,8 @@ func TestKeysShareSlot(t *testing.T) {
 func TestNoScriptRecovered(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, top := range topologies {
-		t.Run(top.name, func(t *testing.T) {
-			c := top.dial(t)
+		t.Run(top.Name, func(t *testing.T) {
+			c := top.Dial(t)
 			p := redistest.Prefix(t)
 			cc, err := NewConcurrency(c, WithPrefix(p))
 			if err != nil {

@@ -57,4 +57,16 @@ local function ttl_ms(us)
   return floor_div(us, 1000) + 1
 end
 
+-- store_tat writes a GCRA theoretical arrival time of tat microseconds to
+-- key with the TTL of its state (until the bucket is full), or deletes the
+-- key when tat is not ahead of now: an absent bucket is a full one.
+-- 17 significant digits keep the float exact on reading.
+local function store_tat(key, tat, now)
+  if tat > now then
+    redis.call('SET', key, string.format('%.17g', tat), 'PX', ttl_ms(tat - now))
+  else
+    redis.call('DEL', key)
+  end
+end
+
 -- Script body follows.

@@ -49,17 +49,9 @@ end
 local raw = redis.call('GET', key)
 local closed = raw and string.sub(raw, 1, 1) == 'm'
 
-local function store(tat)
-  if tat > now then
-    redis.call('SET', key, string.format('%.17g', tat), 'PX', ttl_ms(tat - now))
-  else
-    redis.call('DEL', key)
-  end
-end
-
 if op == 'open' then
   if raw then return {0, 0, now} end
-  store(now + tolerance)
+  store_tat(key, now + tolerance, now)
   return {1, 0, now}
 elseif op == 'close' then
   if closed then return {0, 0, now} end
@@ -69,7 +61,7 @@ elseif op == 'close' then
   return {1, held, now}
 elseif op == 'credit' then
   if closed or not raw then return {0, 0, now} end
-  store(math.max(now, tonumber(raw) - n * interval))
+  store_tat(key, math.max(now, tonumber(raw) - n * interval), now)
   return {1, 0, now}
 elseif op == 'mark' then
   if raw and not closed then return {0, 0, now} end

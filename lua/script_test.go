@@ -17,13 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-var topologies = []struct {
-	name string
-	dial func(testing.TB) redis.UniversalClient
-}{
-	{"standalone", func(tb testing.TB) redis.UniversalClient { return redistest.Standalone(tb) }},
-	{"cluster", func(tb testing.TB) redis.UniversalClient { return redistest.Cluster(tb) }},
-}
+var topologies = redistest.Topologies
 
 // TestHeaders checks every script opens with the header the style asks
 // for: its name, its KEYS and ARGV, and its reply.
@@ -135,8 +129,8 @@ func TestNoteError(t *testing.T) {
 func TestNoScript(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, top := range topologies {
-		t.Run(top.name, func(t *testing.T) {
-			c := top.dial(t)
+		t.Run(top.Name, func(t *testing.T) {
+			c := top.Dial(t)
 			key := redistest.Prefix(t) + "{k}:fw"
 			args, err := Params{PeriodUS: 60e6, Burst: 10, Cost: 1}.WindowArgs()
 			if err != nil {

@@ -159,11 +159,7 @@ for i = 1, #KEYS / 3 do
       total = value
     end
     redis.call('SET', lkey, string.format('%.0f %.0f %.0f', seq, epoch, total), 'PX', ledger_ttl)
-    if tat > now then
-      redis.call('SET', bkey, string.format('%.17g', tat), 'PX', ttl_ms(tat - now))
-    else
-      redis.call('DEL', bkey)
-    end
+    store_tat(bkey, tat, now)
   end
   local remaining = math.max(0, available())
   if moved_s > 0 then remaining = 0 end

@@ -9,32 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
-var topologies = []struct {
-	name string
-	dial func(testing.TB) redis.UniversalClient
-}{
-	{"standalone", func(tb testing.TB) redis.UniversalClient { return redistest.Standalone(tb) }},
-	{"cluster", func(tb testing.TB) redis.UniversalClient { return redistest.Cluster(tb) }},
-}
-
-func checkTTLs(tb testing.TB, c redis.UniversalClient, prefix string) {
-	tb.Helper()
-	noTTL, seen := redistest.KeysWithoutTTL(tb, c, prefix)
-	if seen == 0 {
-		tb.Errorf("no keys under %q: the TTL check saw nothing", prefix)
-	}
-	if len(noTTL) > 0 {
-		tb.Errorf("%d of %d keys have no TTL: %q", len(noTTL), seen, noTTL)
-	}
-}
+var (
+	topologies = redistest.Topologies
+	checkTTLs  = redistest.CheckTTLs
+)
 
 // TestGlobalSuffixExact hammers one split key from many goroutines, with
 // no refill to speak of: every algorithm admits exactly the burst, no more
@@ -45,8 +29,8 @@ func TestGlobalSuffixExact(t *testing.T) {
 	algs := []global.Algorithm{global.GCRA, global.TokenBucket, global.FixedWindow, global.SlidingWindow, global.SlidingLog}
 	for _, topo := range topologies {
 		for _, alg := range algs {
-			t.Run(topo.name+"/"+alg.String(), func(t *testing.T) {
-				rdb := topo.dial(t)
+			t.Run(topo.Name+"/"+alg.String(), func(t *testing.T) {
+				rdb := topo.Dial(t)
 				prefix := redistest.Prefix(t)
 				g, err := sharding.NewGlobal(rdb, alg, sharding.Suffix, sharding.Fixed(4), sharding.WithPrefix(prefix))
 				if err != nil {

@@ -59,3 +59,29 @@ func SlotOwners(tb testing.TB, cc *redis.ClusterClient) map[int]string {
 	}
 	return owners
 }
+
+// Topology is a Redis deployment a claim is proven on.
+type Topology struct {
+	Name string
+	Dial func(testing.TB) redis.UniversalClient
+}
+
+// Topologies are the deployments every Redis claim is proven on: the
+// shared standalone server and the shared 3+3 cluster.
+var Topologies = []Topology{
+	{"standalone", func(tb testing.TB) redis.UniversalClient { return Standalone(tb) }},
+	{"cluster", func(tb testing.TB) redis.UniversalClient { return Cluster(tb) }},
+}
+
+// CheckTTLs fails the test if any key under prefix lacks a TTL, or if there
+// are no keys at all (the check would prove nothing).
+func CheckTTLs(tb testing.TB, c redis.UniversalClient, prefix string) {
+	tb.Helper()
+	noTTL, seen := KeysWithoutTTL(tb, c, prefix)
+	if seen == 0 {
+		tb.Errorf("no keys under %q: the TTL check saw nothing", prefix)
+	}
+	if len(noTTL) > 0 {
+		tb.Errorf("%d of %d keys have no TTL: %q", len(noTTL), seen, noTTL)
+	}
+}
