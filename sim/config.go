@@ -23,6 +23,11 @@ type Config struct {
 	// Detail counts, for diagnostics, the commands carrying each Redis key
 	// (Result.Diag.KeyCommands). It slows a run a little.
 	Detail bool
+	// Standalone makes virtual mode model one Redis server rather than a
+	// cluster: a sync round sends one script call for all its messages
+	// instead of one per slot group (sync.WithCallPerSlotGroup is left
+	// off), which is what a limiter on a single server does.
+	Standalone bool
 	// Progress, if set, is called after each run, one call at a time.
 	Progress func(done, total int, r Result)
 }

@@ -63,7 +63,7 @@ func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.scripts = scripts
+	s.scripts, s.standalone = scripts, cfg.Standalone
 	runs := plan(cfg.Strategies, cfg.Intervals)
 	results := make([]Result, len(runs))
 	errs := make([]error, len(runs))
@@ -121,13 +121,14 @@ func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) 
 // simulation is what every run of one report shares: the scenario, its
 // arrival stream and the oracle's decisions on it.
 type simulation struct {
-	sc      Scenario
-	reqs    []Request
-	keys    []string
-	oracle  []bool
-	rtt     time.Duration
-	detail  bool
-	scripts bool // see runVirtual
+	sc         Scenario
+	reqs       []Request
+	keys       []string
+	oracle     []bool
+	rtt        time.Duration
+	detail     bool
+	scripts    bool // see runVirtual
+	standalone bool // Config.Standalone
 }
 
 func newSimulation(sc Scenario, rtt time.Duration, detail bool) (*simulation, error) {
@@ -299,6 +300,10 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 		// keeps a slow machine from cutting a fetch short, which would let
 		// the fetch finish behind the engine's back.
 		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval), hlsync.WithClock(h.clock), hlsync.WithMaxWait(time.Minute))
+		if !s.standalone {
+			// One embedded server stands for a cluster: keep calls per slot.
+			opts = append(opts, hlsync.WithCallPerSlotGroup())
+		}
 		l, err := hlsync.New(c, opts...)
 		if err != nil {
 			return Diagnostics{}, fmt.Errorf("sim: %w", err)

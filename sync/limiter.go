@@ -48,11 +48,14 @@ var (
 //
 // A Limiter is safe for concurrent use.
 type Limiter struct {
-	rdb   hybridlimit.Redis
-	cfg   config
-	ks    hybridlimit.Keyspace
-	tags  []string // hash tag of each slot group
-	table *table
+	rdb  hybridlimit.Redis
+	cfg  config
+	ks   hybridlimit.Keyspace
+	tags []string // hash tag of each slot group
+	// perSlot keeps each script call to one slot group: needed on a
+	// cluster (WithCallPerSlotGroup forces it elsewhere).
+	perSlot bool
+	table   *table
 	// parts holds the entries of split keys' parts other than this
 	// instance's home part, which is in table under the caller's key: a
 	// table of their own, so no caller's key can name one.
@@ -120,6 +123,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		cfg:      cfg,
 		ks:       ks,
 		tags:     groupTags(cfg.groups),
+		perSlot:  cfg.perSlot || isCluster(rdb),
 		table:    newTable(),
 		parts:    newTable(),
 		fallback: fb,
@@ -133,6 +137,13 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	l.live.Store(1)
 	l.breaker.init(cfg.logger, cfg.interval)
 	return l, nil
+}
+
+// isCluster reports whether rdb is a cluster client, whose script calls
+// must each stay within one hash slot.
+func isCluster(rdb hybridlimit.Redis) bool {
+	_, ok := rdb.(masterForKey)
+	return ok
 }
 
 // groupTags returns one hash tag per slot group, chosen so that group g's

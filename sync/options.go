@@ -99,6 +99,7 @@ type config struct {
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
 	auto           AutoShards
+	perSlot        bool
 	durable        struct {
 		replicas int
 		timeout  time.Duration
@@ -220,6 +221,20 @@ func WithSlotGroups(n int) Option {
 			return fmt.Errorf("sync: slot groups %d is outside [1, %d]", n, hybridlimit.SlotCount)
 		}
 		c.groups = n
+		return nil
+	})
+}
+
+// WithCallPerSlotGroup keeps each script call of a round to one slot
+// group, as a cluster client must, with any client. Without it a client
+// that is not a *redis.ClusterClient (a single server, Sentinel) sends one
+// call for every group's messages, up to WithMaxKeysPerCall keys, which
+// cuts the commands of a round by up to the number of groups it touches.
+// The simulator uses it to model a cluster on one server.
+// Example: WithCallPerSlotGroup().
+func WithCallPerSlotGroup() Option {
+	return optionFunc(func(c *config) error {
+		c.perSlot = true
 		return nil
 	})
 }

@@ -267,24 +267,31 @@ func (r *round) batches() []*call {
 		mode = "o"
 	}
 	header := []any{0, r.l.ledgerTTL(), mode, r.l.cfg.instanceID, r.l.allowanceLife().Microseconds()}
+	// A script call may touch one slot only on a cluster; elsewhere one
+	// call carries every group's messages (WithMaxKeysPerCall at a time).
+	group := func(m *message) int { return m.e.group }
+	if !r.l.perSlot {
+		group = func(*message) int { return 0 }
+	}
 	perGroup := make(map[int]int)
 	for i := range r.msgs {
-		perGroup[r.msgs[i].e.group]++
+		perGroup[group(&r.msgs[i])]++
 	}
 	open := make(map[int]*call, len(perGroup))
 	var calls []*call
 	for i := range r.msgs {
 		m := &r.msgs[i]
-		c := open[m.e.group]
+		g := group(m)
+		c := open[g]
 		if c == nil || len(c.msgs) == r.l.cfg.maxKeysPerCall {
-			n := min(perGroup[m.e.group], r.l.cfg.maxKeysPerCall)
-			perGroup[m.e.group] -= n
+			n := min(perGroup[g], r.l.cfg.maxKeysPerCall)
+			perGroup[g] -= n
 			c = &call{
 				msgs: make([]*message, 0, n),
 				keys: make([]string, 0, 3*n),
 				args: append(make([]any, 0, len(header)+9*n), header...),
 			}
-			open[m.e.group] = c
+			open[g] = c
 			calls = append(calls, c)
 		}
 		c.msgs = append(c.msgs, m)

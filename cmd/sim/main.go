@@ -94,6 +94,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
 		verbose    = fs.Bool("v", false, "report progress on stderr (the default when stderr is a terminal)")
 		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
+		standalone = fs.Bool("standalone", false, "virtual: model one Redis server, not a cluster (one script call a round)")
 		cpuprof    = fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`, for go tool pprof")
 	)
 	fs.Usage = func() {
@@ -154,7 +155,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt %v is outside [0, 10s]", *rtt)
 	}
 	o := &options{
-		cfg:      sim.Config{Scenario: sc, Strategies: strats, Intervals: intervals, RTT: *rtt},
+		cfg:      sim.Config{Scenario: sc, Strategies: strats, Intervals: intervals, RTT: *rtt, Standalone: *standalone},
 		live:     *live,
 		json:     *jsonOut,
 		csv:      *csvFile,
@@ -174,6 +175,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("give -redis or -cluster, not both")
 	case *live && set["rtt"]:
 		return nil, bad("-rtt is for virtual mode; live mode has the real one")
+	case *live && *standalone:
+		return nil, bad("-standalone is for virtual mode; live mode uses the Redis it is given")
 	case *workers < 0:
 		return nil, bad("-workers %d is negative", *workers)
 	}
