@@ -59,7 +59,11 @@ func TestShardedReserveExact(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const burst = 3000
 	limit := frozen(burst)
-	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0.1), split(3))
+	// A round timeout well above the interval: under a loaded machine a
+	// slow round must not hand decisions to the failure policy, which
+	// other tests cover; this one is about the parts' accounting.
+	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0.1),
+		hlsync.WithRoundTimeout(2*time.Second), split(3))
 	admitted, err := hammer(ls, 8, "hot", limit, burst, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +238,9 @@ func TestAutoShardsMoveEveryToken(t *testing.T) {
 	const budget = 20000
 	limit := frozen(budget)
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 40, Below: 30, Hold: 300 * time.Millisecond})
-	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1), auto)
+	// A round timeout well above the interval, as in TestShardedReserveExact.
+	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
+		hlsync.WithRoundTimeout(2*time.Second), auto)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
