@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -86,7 +84,7 @@ func TestFailover(t *testing.T) {
 		})
 	}
 	counted := func(i int) int64 {
-		l, err := New(freshClient(t, cl), algs[i].alg, WithPrefix(p))
+		l, err := New(cl.FreshClient(t), algs[i].alg, WithPrefix(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,21 +188,5 @@ func TestFailover(t *testing.T) {
 			t.Errorf("%v: %d results with a negative Remaining", a.alg, n)
 		}
 	}
-	noTTL, seen := redistest.KeysWithoutTTL(t, freshClient(t, cl), p)
-	if seen == 0 || len(noTTL) > 0 {
-		t.Errorf("keys seen %d, without TTL %v", seen, noTTL)
-	}
-}
-
-// freshClient returns a cluster client that learns the topology as it is
-// now, for checks after a failover.
-func freshClient(t *testing.T, cl *redistest.ClusterServers) *redis.ClusterClient {
-	t.Helper()
-	c := cl.Client(t)
-	if err := c.ForEachMaster(t.Context(), func(ctx context.Context, n *redis.Client) error {
-		return n.Ping(ctx).Err()
-	}); err != nil {
-		t.Fatalf("fresh client: %v", err)
-	}
-	return c
+	redistest.CheckTTLs(t, cl.FreshClient(t), p)
 }

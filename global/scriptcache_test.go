@@ -44,12 +44,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 				}
 				ls = append(ls, l)
 			}
-			noscript := func() (n int64) {
-				for _, s := range nodes {
-					n += s.ErrorReplies(t, "NOSCRIPT")
-				}
-				return n
-			}
+			noscript := func() int64 { return redistest.ErrorRepliesOf(t, "NOSCRIPT", nodes) }
 			before := noscript()
 			limit := hybridlimit.PerMinute(1_000_000)
 			var next atomic.Int64

@@ -131,7 +131,7 @@ func TestFailover(t *testing.T) {
 		took = cl.Failover(t, replicas[0], slot)
 		return at
 	})
-	left := remaining(t, freshClient(t, cl), prefix, key, limit, 64)
+	left := remaining(t, cl.FreshClient(t), prefix, key, limit, 64)
 	over := admittedA + left - burst
 	t.Logf("manual failover (%v to agree): admitted %d, %d left, over-admission %d", took, admittedA, left, over)
 	check("manual failover", res, ls)
@@ -171,7 +171,7 @@ func TestFailover(t *testing.T) {
 		synced = time.Since(at)
 		return at
 	})
-	left = remaining(t, freshClient(t, cl), prefix, key, limit, 64)
+	left = remaining(t, cl.FreshClient(t), prefix, key, limit, 64)
 	over = admittedA + admittedB + left - burst
 	_, lastMoments := res.Admitted(killAt.Add(-4*interval), killAt)
 	bound := lastMoments + n*8
@@ -193,21 +193,5 @@ func TestFailover(t *testing.T) {
 	if overspent > uint64(bound) {
 		t.Errorf("SIGKILL: Overspent %d in all, want at most %d", overspent, bound)
 	}
-	noTTL, seen := redistest.KeysWithoutTTL(t, freshClient(t, cl), prefix)
-	if seen == 0 || len(noTTL) > 0 {
-		t.Errorf("keys seen %d, without TTL %v", seen, noTTL)
-	}
-}
-
-// freshClient returns a cluster client that learns the topology as it is
-// now, for checks after a failover.
-func freshClient(t *testing.T, cl *redistest.ClusterServers) *redis.ClusterClient {
-	t.Helper()
-	c := cl.Client(t)
-	if err := c.ForEachMaster(t.Context(), func(ctx context.Context, n *redis.Client) error {
-		return n.Ping(ctx).Err()
-	}); err != nil {
-		t.Fatalf("fresh client: %v", err)
-	}
-	return c
+	redistest.CheckTTLs(t, cl.FreshClient(t), prefix)
 }

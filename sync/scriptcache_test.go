@@ -84,12 +84,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 				t.Cleanup(func() { _ = l.Close(context.Background()) })
 				ls = append(ls, l)
 			}
-			noscript := func() (n int64) {
-				for _, s := range nodes {
-					n += s.ErrorReplies(t, "NOSCRIPT")
-				}
-				return n
-			}
+			noscript := func() int64 { return redistest.ErrorRepliesOf(t, "NOSCRIPT", nodes) }
 			before := noscript()
 			limit := hybridlimit.PerSecond(2000)
 			var next atomic.Int64

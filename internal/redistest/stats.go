@@ -85,3 +85,26 @@ func CheckTTLs(tb testing.TB, c redis.UniversalClient, prefix string) {
 		tb.Errorf("%d of %d keys have no TTL: %q", len(noTTL), seen, noTTL)
 	}
 }
+
+// FreshClient returns a new client that has learned the topology as it is
+// now (it has reached every master), for checks after a failover; closed
+// when the test ends.
+func (c *ClusterServers) FreshClient(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	cc := c.Client(tb)
+	if err := cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+		return n.Ping(ctx).Err()
+	}); err != nil {
+		tb.Fatalf("redistest: fresh client: %v", err)
+	}
+	return cc
+}
+
+// ErrorRepliesOf sums ErrorReplies of kind over servers.
+func ErrorRepliesOf(tb testing.TB, kind string, servers []*Server) (n int64) {
+	tb.Helper()
+	for _, s := range servers {
+		n += s.ErrorReplies(tb, kind)
+	}
+	return n
+}
