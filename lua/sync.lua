@@ -108,6 +108,12 @@ local function share(akey, remaining, budget, held)
   return grant
 end
 
+-- available returns the whole tokens a bucket at tat holds now, within a
+-- tolerance of 1e-6 token against float rounding.
+local function available(tat, tolerance, interval)
+  return math.floor((tolerance - (tat - now)) / interval + 1e-6)
+end
+
 -- recorded returns the allowance recorded for this instance, for a message
 -- that repeats one already applied.
 local function recorded(akey)
@@ -134,9 +140,6 @@ for i = 1, #KEYS / 3 do
   end
   local tat = moved_s == 0 and tonumber(raw) or now
   if tat < now then tat = now end
-  local function available()
-    return math.floor((tolerance - (tat - now)) / interval + 1e-6)
-  end
 
   local lseq, total = 0, base
   local l = redis.call('GET', lkey)
@@ -151,7 +154,7 @@ for i = 1, #KEYS / 3 do
       tat = math.max(now, tat - (total - value) * interval)
       total = value
     elseif reserve and value > total then
-      local grant = math.min(value - total, math.max(available(), 0))
+      local grant = math.min(value - total, math.max(available(tat, tolerance, interval), 0))
       tat = tat + grant * interval
       total = total + grant
     elseif not reserve and value > total then
@@ -161,7 +164,7 @@ for i = 1, #KEYS / 3 do
     redis.call('SET', lkey, string.format('%.0f %.0f %.0f', seq, epoch, total), 'PX', ledger_ttl)
     store_tat(bkey, tat, now)
   end
-  local remaining = math.max(0, available())
+  local remaining = math.max(0, available(tat, tolerance, interval))
   if moved_s > 0 then remaining = 0 end
   local allowance = 0
   if not reserve then
