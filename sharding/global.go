@@ -213,11 +213,12 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 	for i := range s {
 		j := (start + i) % s
 		pk := PartKey(key, j, s)
-		if wait := g.denials.until(pk, cost, now); wait > 0 {
+		part := g.split(limit, j, s)
+		if wait := g.denials.until(pk, part, cost, now); wait > 0 {
 			retry = minPositive(retry, wait)
 			continue
 		}
-		r, err := g.parts.AllowN(ctx, pk, g.split(limit, j, s), cost)
+		r, err := g.parts.AllowN(ctx, pk, part, cost)
 		if err != nil {
 			return hybridlimit.Result{}, err
 		}
@@ -225,7 +226,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 			r.Limit = limit
 			return r, nil
 		}
-		g.denials.note(pk, cost, now.Add(r.RetryAfter))
+		g.denials.note(pk, part, cost, now.Add(r.RetryAfter))
 		retry = minPositive(retry, r.RetryAfter)
 	}
 	return hybridlimit.Result{Limit: limit, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}, nil
@@ -289,11 +290,13 @@ func minPositive(a, b time.Duration) time.Duration {
 // fit again, in a fixed number of slots: a slot holds one part at a time,
 // so forgetting a denial costs a Redis call, never a wrong answer. Exact
 // limiters never give tokens back, so no part admits a cost before the
-// time its denial of that cost named, nor a larger cost.
+// time its denial of that cost named, nor a larger cost, under the same
+// limit.
 type denials struct {
 	slots [256]struct {
 		mu    stdsync.Mutex
 		key   string
+		limit hybridlimit.Limit
 		cost  int64
 		until time.Time
 	}
@@ -303,19 +306,20 @@ func (d *denials) slot(key string) int {
 	return int(hybridlimit.Slot(key)) % len(d.slots)
 }
 
-func (d *denials) note(key string, cost int64, until time.Time) {
+func (d *denials) note(key string, limit hybridlimit.Limit, cost int64, until time.Time) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
-	s.key, s.cost, s.until = key, cost, until
+	s.key, s.limit, s.cost, s.until = key, limit, cost, until
 	s.mu.Unlock()
 }
 
-// until returns how long the part named key is known to deny cost, or 0.
-func (d *denials) until(key string, cost int64, now time.Time) time.Duration {
+// until returns how long the part named key is known to deny cost under
+// limit, or 0.
+func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now time.Time) time.Duration {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.key != key || cost < s.cost {
+	if s.key != key || s.limit != limit || cost < s.cost {
 		return 0
 	}
 	return s.until.Sub(now)

@@ -272,3 +272,44 @@ func TestGlobalBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestGlobalDenialsRemembered checks the claim that a split key at its
+// limit costs one Redis call per request, not one per part: a part that
+// denied is skipped until its retry time, under the limit it denied for.
+func TestGlobalDenialsRemembered(t *testing.T) {
+	cc := redistest.Cluster(t)
+	prefix := redistest.Prefix(t)
+	g, err := sharding.NewGlobal(cc, global.GCRA, sharding.Suffix, sharding.Fixed(4), sharding.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := hybridlimit.PerHour(4).WithBurst(40)
+	for range 40 {
+		if r, err := g.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow = %+v, %v", r, err)
+		}
+	}
+	sum := func(m map[string]int64) (n int64) {
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	before := sum(redistest.CommandCalls(t, cc, "evalsha", "eval"))
+	const denials = 100
+	for range denials {
+		if r, err := g.Allow(ctx, "k", limit); err != nil || r.Allowed || r.RetryAfter <= 0 {
+			t.Fatalf("Allow past the budget = %+v, %v", r, err)
+		}
+	}
+	calls := sum(redistest.CommandCalls(t, cc, "evalsha", "eval")) - before
+	t.Logf("%d denials of a key split 4 ways cost %d script calls", denials, calls)
+	if calls > 4 {
+		t.Errorf("%d denials cost %d script calls, want each part asked once", denials, calls)
+	}
+	// A looser limit is asked of Redis, not denied from memory.
+	if r, err := g.Allow(ctx, "k", limit.WithBurst(80)); err != nil || !r.Allowed {
+		t.Errorf("Allow under a doubled burst = %+v, %v; want admitted by Redis", r, err)
+	}
+}
