@@ -51,7 +51,8 @@ func (l Layout) String() string {
 // In the Suffix layout a request of cost c can be admitted only by a part
 // whose burst holds c, so c may be at most the smallest part's burst. A
 // part that denied is remembered until its retry time and skipped, so a
-// key at its limit costs one Redis call per request, not one per part.
+// key at its limit costs no Redis call until a part's retry time comes,
+// rather than one per part on every request.
 // Result.Remaining of an admitted request is what its part has left, a
 // lower bound of the key's; Peek sums all parts.
 //
