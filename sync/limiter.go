@@ -236,11 +236,7 @@ func (l *Limiter) partGroup(key string, j, s int) int {
 
 // partLimit returns the limit e's part enforces.
 func partLimit(e *entry) hybridlimit.Limit {
-	limit := *e.limit.Load()
-	if e.shards > 1 {
-		return sharding.Part(limit, int(e.shard), int(e.shards))
-	}
-	return limit
+	return partOf(*e.limit.Load(), int(e.shard), int(e.shards))
 }
 
 // partName is the name of part j of key in layout at in the parts table.

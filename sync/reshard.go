@@ -150,7 +150,13 @@ func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Lim
 	if err != nil || !ok {
 		return errors.Join(ErrReshardRace, err)
 	}
-	defer l.step(context.WithoutCancel(ctx), lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "unlock", l.cfg.instanceID, 0)
+	defer func() {
+		// Released even when the move's context has ended; the lock's TTL
+		// covers a release that fails.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.roundTimeout)
+		defer cancel()
+		_, _, _ = l.step(uctx, lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "unlock", l.cfg.instanceID, 0)
+	}()
 
 	var opened time.Time // the first new part's opening, by the Redis clock
 	if n, err := l.stepAll(ctx, key, to, limit, "open", "", 0, func(_ int, _ int64, at time.Time) {
