@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strconv"
@@ -251,8 +252,12 @@ func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
 	tokens = min(tokens, limit.Burst)
 	left := tokens
 	for j := range out {
+		// tokens x b / burst in 128 bits: both may reach 2^40. The
+		// quotient fits, since tokens <= burst.
 		b := partOf(limit, j, s).Burst
-		out[j] = min(b, tokens*b/limit.Burst)
+		hi, lo := bits.Mul64(uint64(tokens), uint64(b))
+		q, _ := bits.Div64(hi, lo, uint64(limit.Burst))
+		out[j] = min(b, int64(q))
 		left -= out[j]
 	}
 	for j := 0; left > 0; j = (j + 1) % s {
@@ -286,22 +291,28 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 	l.table.replace(home, next)
 	var carried int64
 	for j := range from.shards {
-		e := home
-		if j != int(home.shard) {
-			if e = l.parts.get(partName(key, j, from)); e == nil {
-				continue
-			}
-			l.parts.delete(e)
-			l.tracked.Add(-1)
+		if j == int(home.shard) {
+			carried += retire(home)
+			l.stats.evictedAdmitted.Add(uint64(max(home.issued, 0)))
+		} else if e := l.parts.get(partName(key, j, from)); e != nil {
+			carried += l.drop(l.parts, e)
 		}
-		carried += retire(e)
-		l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
 	}
 	next.mu.Lock()
 	next.give(carried)
 	next.acked = carried // the base the new ledger starts from
 	next.mu.Unlock()
 	l.stats.moves.Add(1)
+}
+
+// drop removes e from t and retires it, counting what it admitted, and
+// returns the allowance it held unspent.
+func (l *Limiter) drop(t *table, e *entry) int64 {
+	t.delete(e)
+	l.tracked.Add(-1)
+	took := retire(e)
+	l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
+	return took
 }
 
 // retire takes all of e's unspent allowance and marks it dead, so that
