@@ -199,11 +199,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 				// The key's shard count changed with its limit or the
 				// configuration: start afresh. What the old entry holds
 				// unspent goes unused, an undershoot of at most its lease.
-				e.mu.Lock()
-				e.dead.Store(true)
-				e.mu.Unlock()
-				t.delete(e)
-				l.tracked.Add(-1)
+				l.drop(t, e)
 				continue
 			}
 			if *e.limit.Load() != limit {
