@@ -68,7 +68,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if l.breaker.isOpen() {
 			return l.degraded(now, key, limit, cost), nil
 		}
-		if (l.cfg.mode == Optimistic && e.synced.Load()) || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) {
+		if (l.cfg.mode == Optimistic && e.synced.Load()) || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0)
 			l.stats.deniedLocal.Add(1)
@@ -87,6 +87,17 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			src = hybridlimit.SourceGlobal
 		}
 	}
+}
+
+// emptied reports whether Redis said e's bucket was empty less than a
+// sync interval ago. Such a key is over its limit: whatever refilled
+// since goes to the round the decision flags, not to a decision that
+// waits for it, so that a hot key at its limit costs its callers no
+// waiting and its instances one message a round, not a fetch each time a
+// token comes due. A low limit, decided per request, waits as ever.
+func (l *Limiter) emptied(e *entry, now time.Time) bool {
+	until := e.denyUntil.Load()
+	return until > 0 && l.nanos(now)-until < int64(l.cfg.interval) && !l.lowLimit(e, partLimit(e))
 }
 
 func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64, src hybridlimit.Source) hybridlimit.Result {
@@ -213,6 +224,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 		e, created := t.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, at) })
 		if created {
 			l.tracked.Add(1)
+			l.sched.at(e, l.nanos(now))
 		}
 		if !e.dead.Load() {
 			return e, nil
@@ -236,6 +248,7 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		epoch:     l.seq.Add(1),
 		lastAt:    now,
 		usedAt:    now,
+		due:       -1,
 	}
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)

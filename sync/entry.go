@@ -40,6 +40,7 @@ type entry struct {
 	shard     int32        // which part of a split key this entry spends (0 if whole)
 	shards    int32        // how many parts the key is split into (1 if whole)
 	gen       int32        // the layout's generation: 0 for the configured one, more after a reshard
+	via       atomic.Int32 // home of a split key: the part decisions turned to last (home's own index at first)
 	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
 	group     int
 	bucketKey string
@@ -64,8 +65,7 @@ type entry struct {
 	nextSync time.Time     // when the loop should reconcile this entry next
 	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
-	via      atomic.Int32  // home of a split key: the part decisions turned to last (home's own index at first)
-	_        [4]byte       // rounds the size up to 448 bytes, a multiple of 64 (TestEntryLayout)
+	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 }
 
 // layout returns the layout of e's key that e belongs to.

@@ -80,6 +80,9 @@ type Limiter struct {
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
 
+	sched schedule  // entries by the tick of their next sync
+	swept time.Time // when a round last looked for idle entries; rounds never overlap
+
 	life    stdsync.Mutex
 	running bool
 	closed  atomic.Bool
@@ -135,6 +138,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	// instance that keeps its id still numbers above its past.
 	l.seq.Store(cfg.clock.Now().UnixMicro())
 	l.live.Store(1)
+	l.sched.tick = int64(l.tick())
 	l.breaker.init(cfg.logger, cfg.interval)
 	return l, nil
 }

@@ -107,14 +107,12 @@ type Round struct {
 	r *round
 }
 
-// BeginRound sweeps the table at the clock's time: it evicts idle entries
-// and prepares a message for every entry due or flagged. Rounds must not
+// BeginRound prepares a message for every entry due or flagged at the
+// clock's time, and evicts idle entries now and then. Rounds must not
 // overlap: use either the loop or BeginRound, not both.
 func (l *Limiter) BeginRound() *Round {
 	now := l.cfg.clock.Now()
-	due := l.sweep(now)
-	l.takeFlagged() // the sweep found them all
-	return &Round{r: l.prepare(now, due, false)}
+	return &Round{r: l.prepare(now, l.sweep(now), false)}
 }
 
 // Send sends the round's script calls, bounded by the round timeout.
@@ -142,19 +140,24 @@ func (r *Round) Finish() { r.r.apply(r.r.l.cfg.clock.Now()) }
 // Messages returns the number of keys the round carries.
 func (r *Round) Messages() int { return len(r.r.msgs) }
 
-// sweep returns the entries due for a sync or flagged, and evicts the idle.
-func (l *Limiter) sweep(now time.Time) (due []*entry) {
+// sweep returns the entries flagged or due for a sync by the schedule,
+// and every quarter of the idle hold evicts the idle entries: the one walk
+// over every entry, which is why it is not made every tick.
+func (l *Limiter) sweep(now time.Time) []*entry {
+	due := l.sched.take(l.nanos(now), l.takeFlagged())
+	if now.Sub(l.swept) >= l.idleHold()/4 {
+		l.swept = now
+		l.evictIdle(now)
+	}
+	return due
+}
+
+// evictIdle removes from the tables the entries that hold nothing and have
+// not been used for twice the idle hold.
+func (l *Limiter) evictIdle(now time.Time) {
 	var idle []*entry
 	l.each(func(e *entry) {
 		e.mu.Lock()
-		if e.flagged || !now.Before(e.nextSync) {
-			due = append(due, e)
-		}
-		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2 {
-			// Half-way to lapsing in Redis and not renewed: stop spending
-			// it, with half a life of margin for a late sweep.
-			e.take(e.avail.Load())
-		}
 		if l.idle(now, e) {
 			idle = append(idle, e)
 		}
@@ -171,7 +174,6 @@ func (l *Limiter) sweep(now time.Time) (due []*entry) {
 			l.stats.evictedAdmitted.Add(uint64(e.issued)) // nothing held: all issued was admitted
 		}
 	}
-	return due
 }
 
 // idle reports whether e can be evicted without losing anything: no

@@ -302,6 +302,7 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 	next.give(carried)
 	next.acked = carried // the base the new ledger starts from
 	next.mu.Unlock()
+	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)
 }
 

@@ -67,8 +67,19 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			e.mu.Unlock()
 			continue
 		}
+		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2 {
+			// Half-way to lapsing in Redis and not renewed: stop spending
+			// it, with half a life of margin for a late round.
+			e.take(e.avail.Load())
+		}
 		m, send := l.compose(now, e, final)
 		e.flagged, e.waiting = false, 0
+		if !send && e.avail.Load() > 0 {
+			// Nothing to say yet: look again when the allowance may run
+			// low. An entry that holds none waits for a decision to flag
+			// it instead.
+			l.sched.at(e, l.nanos(now.Add(l.nextInterval(e, partLimit(e)))))
+		}
 		if send {
 			if l.cfg.auto.Max > 0 {
 				l.heat.add(e.owner)
@@ -442,13 +453,16 @@ func (r *round) apply(now time.Time) {
 		e.mu.Lock()
 		e.inflight = false
 		e.unacked = !m.ok
+		next := now // no reply: say it again next tick
 		if m.ok {
 			l.applyReply(now, e, m)
 			if m.reply[5] > 0 {
 				moved = append(moved, m)
 			}
+			next = e.nextSync
 		}
 		e.mu.Unlock()
+		l.sched.at(e, l.nanos(next))
 	}
 	// In key order: a move numbers a new entry, so that a simulation in
 	// virtual time replays exactly.
