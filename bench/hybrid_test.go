@@ -62,9 +62,9 @@ func BenchmarkHybridAllow(b *testing.B) {
 			b.SetParallelism(tc.par)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				next := cycle(keys)
+				cur := newCursor(keys)
 				for pb.Next() {
-					r, err := lim.Allow(ctx, next(), unlimited)
+					r, err := lim.Allow(ctx, cur.next(), unlimited)
 					if err != nil {
 						b.Error(err)
 						return
@@ -154,12 +154,12 @@ func hammer(lim *hlsync.Limiter, keys []string, n int, d time.Duration) {
 	var wg stdsync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			next := cycle(keys)
+			cur := newCursor(keys)
 			for i := 0; ; i++ {
 				if i%1024 == 0 && time.Now().After(stop) {
 					return
 				}
-				_, _ = lim.Allow(context.Background(), next(), unlimited)
+				_, _ = lim.Allow(context.Background(), cur.next(), unlimited)
 			}
 		})
 	}
