@@ -139,3 +139,41 @@ func BenchmarkLimiterSync(b *testing.B) {
 		})
 	}
 }
+// BenchmarkLimiterDenyEmpty measures a decision on a key at its limit:
+// Redis reported its bucket empty, and the decision is denied from that
+// report without a Redis call, which is most of what a busy limiter
+// decides for a key over its limit.
+func BenchmarkLimiterDenyEmpty(b *testing.B) {
+	c := redistest.Standalone(b)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	limit := hybridlimit.PerHour(100)
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		r, err := l.Allow(ctx, "hot", limit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !r.Allowed && r.RetryAfter > time.Second {
+			break
+		}
+		if i > 1000 {
+			b.Fatal("the key never ran out")
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r, _ := l.Allow(ctx, "hot", limit); r.Allowed {
+				b.Error("admitted past the limit")
+				return
+			}
+		}
+	})
+}

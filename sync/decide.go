@@ -214,7 +214,8 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 				continue
 			}
 			if *e.limit.Load() != limit {
-				e.limit.Store(&limit)
+				changed := limit // on the heap only when it changes
+				e.limit.Store(&changed)
 			}
 			return e, nil
 		}

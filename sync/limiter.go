@@ -331,6 +331,31 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 			}, nil
 		}
 		e.avail.Add(cost)
+		if e.denyUntil.Load() != 0 {
+			if r, ok := l.stillEmpty(e, now, limit, cost); ok {
+				return r, nil
+			}
+		}
 	}
 	return l.slow(ctx, now, key, limit, cost)
+}
+
+// stillEmpty denies a decision on a key whose bucket Redis reported empty
+// until a time not yet come, as the slow path would, without its checks
+// and second lookup: a key at its limit is most of what a busy limiter
+// decides. It leaves to the slow path a closed limiter, a stale or split
+// entry, and a cost the limit cannot pay.
+func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, bool) {
+	if e.shards != 1 || e.dead.Load() || cost > limit.Burst || l.closed.Load() {
+		return hybridlimit.Result{}, false
+	}
+	if now.IsZero() {
+		now = l.cfg.clock.Now()
+	}
+	left := e.denyUntil.Load() - l.nanos(now)
+	if left <= 0 {
+		return hybridlimit.Result{}, false
+	}
+	l.stats.deniedRemote.Add(1)
+	return denied(limit, time.Duration(left), hybridlimit.SourceLocal), true
 }
