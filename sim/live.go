@@ -36,6 +36,11 @@ type LiveTarget struct {
 	Durable int
 }
 
+// recChunk is the number of records a live worker keeps in one slice:
+// workers fill fixed slices and start new ones, so that no record is
+// copied while decisions are being timed, as a growing slice would.
+const recChunk = 1 << 15
+
 // latencyEvery is how often a live worker times a decision: every 64th,
 // so that reading the clock twice does not slow the rest.
 const latencyEvery = 64
@@ -218,7 +223,7 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		keys[i] = KeyName(i)
 	}
 	workers := t.Workers * sc.Instances
-	recs := make([][]liveRec, workers)
+	chunks := make([][][]liveRec, workers)
 	lats := make([][]int64, workers)
 	var (
 		wg       stdsync.WaitGroup
@@ -232,6 +237,8 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		go func() {
 			defer wg.Done()
 			pick := newPicker(sc, uint64(w))
+			recs := make([]liveRec, 0, recChunk)
+			defer func() { chunks[w] = append(chunks[w], recs) }()
 			var n uint64
 			for !stop.Load() {
 				t0 := time.Now()
@@ -250,7 +257,11 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 				if n++; n%latencyEvery == 1 { // the first, then every 64th: a short run still has a sample
 					lats[w] = append(lats[w], int64(time.Since(t0)))
 				}
-				recs[w] = append(recs[w], liveRec{at: at, key: int32(key), inst: int16(inst), ok: ok})
+				if len(recs) == cap(recs) {
+					chunks[w] = append(chunks[w], recs)
+					recs = make([]liveRec, 0, recChunk)
+				}
+				recs = append(recs, liveRec{at: at, key: int32(key), inst: int16(inst), ok: ok})
 			}
 		}()
 	}
@@ -263,6 +274,10 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
+	}
+	recs := make([][]liveRec, workers)
+	for w, cs := range chunks {
+		recs[w] = slices.Concat(cs...)
 	}
 	reqs, admitted := mergeRecords(recs)
 	oracle, err := Oracle(reqs, sc.Keys, sc.Limit)
