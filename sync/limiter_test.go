@@ -291,3 +291,58 @@ func TestColdKeysExact(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptiedKeyDoesNotWait checks a key at its limit: once Redis has
+// reported its bucket empty, decisions are denied from that report
+// without a Redis call until the deny time, and for an interval after it a
+// decision is still denied at once (it flags the key instead of waiting
+// for a fetch); the round it asked for brings what refilled meanwhile,
+// which the next decision spends.
+func TestEmptiedKeyDoesNotWait(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	const interval = time.Second
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(interval, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	limit := hybridlimit.Limit{Rate: 40, Period: time.Second, Burst: 40} // 40 tokens an interval: not a low limit
+	var retry time.Duration
+	for i := 0; ; i++ {
+		r, err := l.Allow(ctx, "hot", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			if r.Source != hybridlimit.SourceGlobal && r.Source != hybridlimit.SourceLocal {
+				t.Fatalf("denial = %+v", r)
+			}
+			retry = r.RetryAfter
+			break
+		}
+		if i > 200 {
+			t.Fatal("the key never ran out")
+		}
+	}
+	waits := l.Stats().Waits
+	r, err := l.Allow(ctx, "hot", limit)
+	if err != nil || r.Allowed || r.RetryAfter <= 0 || r.Source != hybridlimit.SourceLocal {
+		t.Fatalf("decision before the deny time = %+v, %v; want denied from local state", r, err)
+	}
+	time.Sleep(retry + 10*time.Millisecond)
+	r, err = l.Allow(ctx, "hot", limit)
+	if err != nil || r.Allowed || r.RetryAfter != interval || r.Source != hybridlimit.SourceLocal {
+		t.Fatalf("decision after the deny time = %+v, %v; want denied at once, RetryAfter one interval", r, err)
+	}
+	if s := l.Stats(); s.Waits != waits {
+		t.Fatalf("waits went from %d to %d: a decision on an emptied key waited", waits, s.Waits)
+	}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, "hot", limit); err != nil || !r.Allowed {
+		t.Fatalf("decision after the flagged round = %+v, %v; want admitted from what refilled", r, err)
+	}
+}
