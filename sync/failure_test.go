@@ -134,7 +134,9 @@ func decide(t *testing.T, l *hlsync.Limiter, key string, limit hybridlimit.Limit
 	if err != nil {
 		t.Fatalf("Allow(%q) = %v", key, err)
 	}
-	if d := time.Since(start); d > maxWait+500*time.Millisecond {
+	// The slack allows for a loaded machine; what must never happen is a
+	// wait as long as a round timeout or a dial.
+	if d := time.Since(start); d > maxWait+2*time.Second {
 		t.Fatalf("Allow(%q) took %v with max wait %v", key, d, maxWait)
 	}
 	return r

@@ -23,7 +23,7 @@ func TestResultSource(t *testing.T) {
 	p := redistest.Prefix(t)
 	var ls [2]*hlsync.Limiter
 	for i := range ls {
-		l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second), hlsync.WithMaxKeys(2),
+		l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second), hlsync.WithRoundTimeout(5*time.Second), hlsync.WithMaxKeys(2),
 			hlsync.WithInstanceID(fmt.Sprint("i", i)))
 		if err != nil {
 			t.Fatal(err)

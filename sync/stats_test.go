@@ -17,7 +17,9 @@ import (
 func TestRoundHistograms(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second))
+	// Generous timeouts: the test counts rounds, and a round cut short on
+	// a loaded machine would be repeated.
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second), hlsync.WithRoundTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestErrorsByClass(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second))
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(p), hlsync.WithMaxWait(2*time.Second), hlsync.WithRoundTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
