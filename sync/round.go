@@ -528,7 +528,9 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 
 // nextInterval returns the time until e's next sync: the sync interval,
 // jittered, or sooner when the key's allowance will run out before then or
-// its global bucket is nearly empty.
+// its global bucket is nearly empty, but not when it is empty: asking an
+// empty bucket sooner only spreads what refills thinner over the
+// instances.
 func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration {
 	d := l.cfg.interval
 	held := float64(max(e.avail.Load(), 0))
@@ -537,7 +539,7 @@ func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration 
 			d = max(runOut/2, l.tick())
 		}
 	}
-	if e.partLeft.Load() < limit.Burst/10 && e.demand > 0 {
+	if e.partLeft.Load() < limit.Burst/10 && e.partLeft.Load() > 0 && e.demand > 0 {
 		d = max(min(d, l.cfg.interval/2), l.tick())
 	}
 	return time.Duration(float64(d) * l.jitter(uint64(e.epoch)^uint64(e.acked)))
