@@ -139,6 +139,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 		})
 	}
 }
+
 // BenchmarkLimiterDenyEmpty measures a decision on a key at its limit:
 // Redis reported its bucket empty, and the decision is denied from that
 // report without a Redis call, which is most of what a busy limiter
