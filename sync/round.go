@@ -527,14 +527,15 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 }
 
 // nextInterval returns the time until e's next sync: the sync interval,
-// jittered, or sooner when the key's allowance will run out before then or
-// its global bucket is nearly empty, but not when it is empty: asking an
-// empty bucket sooner only spreads what refills thinner over the
-// instances.
+// jittered, or sooner when the key's allowance will run out before then
+// and its global bucket can feed it (it held at least an interval of this
+// instance's demand), or when its global bucket is nearly empty but not
+// empty. A key whose bucket cannot feed it is rationed: asking sooner only
+// spreads what refills thinner over the instances, for more messages.
 func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration {
 	d := l.cfg.interval
 	held := float64(max(e.avail.Load(), 0))
-	if e.demand > 0 {
+	if e.demand > 0 && float64(e.partLeft.Load()) >= e.demand*l.cfg.interval.Seconds() {
 		if runOut := time.Duration(held / e.demand * float64(time.Second)); runOut < d {
 			d = max(runOut/2, l.tick())
 		}
