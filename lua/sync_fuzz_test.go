@@ -193,7 +193,8 @@ func FuzzSyncScript(f *testing.F) {
 			for _, m := range msgs {
 				b := buckets[m.key]
 				ks = append(ks, keysOf(m.key, m.id)...)
-				args = append(args, b.rate, b.periodUS, b.burst, m.seq, m.epoch, m.base, m.value, -1, 0)
+				args = append(args, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
+					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1}.String())
 			}
 			reply, err := Sync.Run(ctx, c, ks, args...)
 			if err != nil {
