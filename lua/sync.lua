@@ -179,7 +179,7 @@ for i = 1, #KEYS / 3 do
     -- %d, not %.0f: the same digits for these integers, at a third of
     -- the cost.
     redis.call('SET', lkey, string.format('%d %d %d', seq, epoch, total), 'PX', ledger_ttl)
-    store_tat(bkey, tat, now)
+    store_tat(bkey, tat, now, raw)
   end
   local remaining = math.max(0, available(tat, tolerance, interval))
   if moved_s > 0 then remaining = 0 end
