@@ -162,7 +162,9 @@ func FuzzSyncScript(f *testing.F) {
 			return // long inputs only slow the fuzzer down
 		}
 		ctx := context.Background()
-		prefix := redistest.Prefix(t)
+		// Prefix's 24 random bits collide within a minute of fuzzing, and
+		// the ledgers of a colliding input live for a minute: 64 more.
+		prefix := fmt.Sprintf("%s%x:", redistest.Prefix(t), rand.Uint64())
 		lim := syncLimits[int(limits)%len(syncLimits)]
 		var buckets [2]*syncBucket
 		var keys [2][3]string
