@@ -14,7 +14,16 @@ var ErrMalformedReply = errors.New("lua: malformed reply")
 // DecodeInts checks that reply is an array of exactly n integers and returns
 // them. It is the one place a script reply is taken apart; everything else
 // goes through it.
+//
+// reply may also be a []int64, as EvalShaInts reads it; then only its
+// length is checked, and the slice itself returned.
 func DecodeInts(reply any, n int) ([]int64, error) {
+	if v, ok := reply.([]int64); ok {
+		if len(v) != n {
+			return nil, fmt.Errorf("%w: got %d elements, want %d", ErrMalformedReply, len(v), n)
+		}
+		return v, nil
+	}
 	arr, ok := reply.([]any)
 	if !ok {
 		return nil, fmt.Errorf("%w: got %T, want an array of %d integers", ErrMalformedReply, reply, n)

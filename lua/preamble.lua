@@ -60,11 +60,17 @@ end
 -- store_tat writes a GCRA theoretical arrival time of tat microseconds to
 -- key with the TTL of its state (until the bucket is full), or deletes the
 -- key when tat is not ahead of now: an absent bucket is a full one.
--- 17 significant digits keep the float exact on reading.
-local function store_tat(key, tat, now)
+-- 17 significant digits keep the float exact on reading. old, if given,
+-- is what the key holds (false: nothing); then a write that would change
+-- nothing is skipped (an empty bucket that granted nothing, a full one
+-- that took nothing back): the same tat has the same expiry.
+local function store_tat(key, tat, now, old)
   if tat > now then
-    redis.call('SET', key, string.format('%.17g', tat), 'PX', ttl_ms(tat - now))
-  else
+    local v = string.format('%.17g', tat)
+    if v ~= old then
+      redis.call('SET', key, v, 'PX', ttl_ms(tat - now))
+    end
+  elseif old ~= false then
     redis.call('DEL', key)
   end
 end

@@ -41,11 +41,14 @@
 -- KEYS[3i]    allowances of key i (report mode with a budget): hash from
 --             instance id to "allowance lapse_us".
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
--- ARGV[2]     ledger TTL in milliseconds.
+-- ARGV[2]     ledger TTL in milliseconds, an integer.
 -- ARGV[3]     mode: "r" or "o".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
--- ARGV[6+9(i-1) ..] per key, nine integers:
+-- ARGV[5+i]  the message of key i: nine integers in decimal, separated
+--             by one space (one argument rather than nine: Redis turns
+--             every argument into a Lua string, which cost more than
+--             parsing this one):
 --             rate (tokens per period), period (us), burst (tokens),
 --             seq (this message's sequence number: increasing per instance),
 --             epoch (the first sequence number of the instance's state for
@@ -68,7 +71,10 @@
 --             shards, generation (the layout a marker names; 0, 0 when the
 --                        bucket is open).
 local now = now_us()
-local ledger_ttl = int_arg(2)
+-- A number handed to redis.call is printed with %.17g, which costs more
+-- than the argument's own text.
+local ledger_ttl = ARGV[2]
+int_arg(2)
 local reserve = ARGV[3] == 'r'
 local id = ARGV[4]
 local lifetime = int_arg(5)
@@ -124,17 +130,26 @@ local function recorded(akey)
   return tonumber(a)
 end
 
+-- parse returns the nine integers of a message, or raises a script error.
+local function parse(i)
+  local m = ARGV[5 + i]
+  local a, b, c, d, e, f, g, h, k = string.match(m or '',
+    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  if not a then
+    error('ARGV[' .. (5 + i) .. '] is not a message: ' .. tostring(m))
+  end
+  return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e),
+    tonumber(f), tonumber(g), tonumber(h), tonumber(k)
+end
+
 for i = 1, #KEYS / 3 do
   local bkey, lkey, akey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local a = 6 + 9 * (i - 1)
-  local rate, period, burst = int_arg(a), int_arg(a + 1), int_arg(a + 2)
-  local seq, epoch = int_arg(a + 3), int_arg(a + 4)
-  local base, value, budget, held = int_arg(a + 5), int_arg(a + 6), int_arg(a + 7), int_arg(a + 8)
+  local rate, period, burst, seq, epoch, base, value, budget, held = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
   local raw = redis.call('GET', bkey)
   local moved_s, moved_gen = 0, 0
-  if raw and string.sub(raw, 1, 1) == 'm' then
+  if raw and string.byte(raw, 1) == 109 then -- 'm'
     local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
     moved_s, moved_gen = tonumber(s), tonumber(g)
   end
@@ -161,8 +176,10 @@ for i = 1, #KEYS / 3 do
       tat = math.min(tat + (value - total) * interval, now + 2 * tolerance)
       total = value
     end
-    redis.call('SET', lkey, string.format('%.0f %.0f %.0f', seq, epoch, total), 'PX', ledger_ttl)
-    store_tat(bkey, tat, now)
+    -- %d, not %.0f: the same digits for these integers, at a third of
+    -- the cost.
+    redis.call('SET', lkey, string.format('%d %d %d', seq, epoch, total), 'PX', ledger_ttl)
+    store_tat(bkey, tat, now, raw)
   end
   local remaining = math.max(0, available(tat, tolerance, interval))
   if moved_s > 0 then remaining = 0 end

@@ -162,7 +162,9 @@ func FuzzSyncScript(f *testing.F) {
 			return // long inputs only slow the fuzzer down
 		}
 		ctx := context.Background()
-		prefix := redistest.Prefix(t)
+		// Prefix's 24 random bits collide within a minute of fuzzing, and
+		// the ledgers of a colliding input live for a minute: 64 more.
+		prefix := fmt.Sprintf("%s%x:", redistest.Prefix(t), rand.Uint64())
 		lim := syncLimits[int(limits)%len(syncLimits)]
 		var buckets [2]*syncBucket
 		var keys [2][3]string
@@ -193,7 +195,8 @@ func FuzzSyncScript(f *testing.F) {
 			for _, m := range msgs {
 				b := buckets[m.key]
 				ks = append(ks, keysOf(m.key, m.id)...)
-				args = append(args, b.rate, b.periodUS, b.burst, m.seq, m.epoch, m.base, m.value, -1, 0)
+				args = append(args, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
+					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1}.String())
 			}
 			reply, err := Sync.Run(ctx, c, ks, args...)
 			if err != nil {

@@ -43,10 +43,10 @@ type MsgCounts [phases][msgKinds]int64
 // syncArgs is how many ARGV the sync script takes before the per-key
 // groups, and how many each group has (see lua/sync.lua).
 const (
-	syncArgs     = 5
-	syncKeyArgs  = 9
-	syncKeyKeys  = 3
-	syncReplyLen = 7
+	syncArgs     = lua.SyncHeaderArgs
+	syncKeyArgs  = 1
+	syncKeyKeys  = lua.SyncKeys
+	syncReplyLen = lua.SyncReplyLen
 )
 
 // classify returns, for a call of the sync script and its reply, each
@@ -73,11 +73,19 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 	if len(argv) != syncArgs+n*syncKeyArgs {
 		return nil, nil
 	}
-	c, ok := cmd.(*redis.Cmd)
-	if !ok || c.Err() != nil {
+	var val any
+	switch c := cmd.(type) {
+	case *redis.IntSliceCmd: // as the limiter sends it
+		val = c.Val()
+	case *redis.Cmd:
+		val = c.Val()
+	default:
 		return nil, nil
 	}
-	reply, err := lua.DecodeInts(c.Val(), n*syncReplyLen)
+	if cmd.Err() != nil {
+		return nil, nil
+	}
+	reply, err := lua.DecodeInts(val, n*syncReplyLen)
 	if err != nil {
 		return nil, nil
 	}
@@ -88,12 +96,11 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 			kinds = append(kinds, MsgReport)
 			continue
 		}
-		group := argv[syncArgs+i*syncKeyArgs:]
-		base, err1 := strconv.ParseInt(asString(group[5]), 10, 64)
-		value, err2 := strconv.ParseInt(asString(group[6]), 10, 64)
+		m, err := lua.ParseSyncMsg(asString(argv[syncArgs+i*syncKeyArgs]))
+		base, value := m.Base, m.Value
 		total := reply[i*syncReplyLen]
 		switch {
-		case err1 != nil || err2 != nil:
+		case err != nil:
 			return nil, nil
 		case value > base && total > base:
 			kinds = append(kinds, MsgGrant)

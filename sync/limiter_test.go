@@ -110,7 +110,7 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	}
 	bucket, ledger, allow := probe.Keys(key)
 	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
-		limit.Rate, limit.Period.Microseconds(), limit.Burst, 1, 1, 0, 0, -1, 0)
+		lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -268,16 +268,20 @@ func (l *Limiter) byNode(ctx context.Context, calls []*call) map[hybridlimit.Red
 type call struct {
 	msgs []*message
 	keys []string
-	args []any
+	args []any // the header, then one message per key (lua.SyncMsg)
 }
 
-// batches splits the messages into script calls by slot group.
+// batches splits the messages into script calls by slot group. Each
+// message's integers are written as text into one buffer per call with no
+// boxing, and the buffer becomes one string that the call's ARGV slice:
+// about four allocations per message in all (its argument and its three
+// keys), where nine boxed integers and their reply cost fourteen.
 func (r *round) batches() []*call {
 	mode := "r"
 	if r.l.cfg.mode == Optimistic {
 		mode = "o"
 	}
-	header := []any{0, r.l.ledgerTTL(), mode, r.l.cfg.instanceID, r.l.allowanceLife().Microseconds()}
+	header := [lua.SyncHeaderArgs]any{0, r.l.ledgerTTL(), mode, r.l.cfg.instanceID, r.l.allowanceLife().Microseconds()}
 	// A script call may touch one slot only on a cluster; elsewhere one
 	// call carries every group's messages (WithMaxKeysPerCall at a time).
 	group := func(m *message) int { return m.e.group }
@@ -288,8 +292,13 @@ func (r *round) batches() []*call {
 	for i := range r.msgs {
 		perGroup[group(&r.msgs[i])]++
 	}
-	open := make(map[int]*call, len(perGroup))
-	var calls []*call
+	type building struct {
+		*call
+		text []byte // the messages' ARGV, end to end
+		ends []int  // where each ends in text
+	}
+	open := make(map[int]*building, len(perGroup))
+	var all []*building
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		g := group(m)
@@ -297,17 +306,36 @@ func (r *round) batches() []*call {
 		if c == nil || len(c.msgs) == r.l.cfg.maxKeysPerCall {
 			n := min(perGroup[g], r.l.cfg.maxKeysPerCall)
 			perGroup[g] -= n
-			c = &call{
-				msgs: make([]*message, 0, n),
-				keys: make([]string, 0, 3*n),
-				args: append(make([]any, 0, len(header)+9*n), header...),
+			c = &building{
+				call: &call{
+					msgs: make([]*message, 0, n),
+					keys: make([]string, 0, lua.SyncKeys*n),
+					args: append(make([]any, 0, len(header)+n), header[:]...),
+				},
+				text: make([]byte, 0, 64*n),
+				ends: make([]int, 0, n),
 			}
 			open[g] = c
-			calls = append(calls, c)
+			all = append(all, c)
 		}
 		c.msgs = append(c.msgs, m)
 		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey, m.e.allowKey)
-		c.args = append(c.args, m.limit.Rate, m.limit.Period.Microseconds(), m.limit.Burst, m.seq, m.e.epoch, m.base, m.value, r.l.budget(m.limit), m.held)
+		msg := lua.SyncMsg{
+			Rate: m.limit.Rate, PeriodUS: m.limit.Period.Microseconds(), Burst: m.limit.Burst,
+			Seq: m.seq, Epoch: m.e.epoch, Base: m.base, Value: m.value,
+			Budget: r.l.budget(m.limit), Held: m.held,
+		}
+		c.text = msg.Append(c.text)
+		c.ends = append(c.ends, len(c.text))
+	}
+	calls := make([]*call, len(all))
+	for i, c := range all {
+		text, start := string(c.text), 0
+		for _, end := range c.ends {
+			c.args = append(c.args, text[start:end])
+			start = end
+		}
+		calls[i] = c.call
 	}
 	return calls
 }
@@ -343,16 +371,16 @@ func (l *Limiter) ledgerTTLDuration() time.Duration { return max(time.Minute, 20
 // that did run is harmless to repeat.
 func (l *Limiter) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*call) error {
 	pipe := rdb.Pipeline()
-	cmds := make([]interface{ Result() (any, error) }, len(calls))
+	cmds := make([]*redis.IntSliceCmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = lua.Sync.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = lua.Sync.EvalShaInts(ctx, pipe, c.keys, c.args)
 	}
 	durable := make([]error, len(calls))
 	wait := l.waitReplicas(ctx, rdb, pipe)
 	_, _ = pipe.Exec(ctx)
 	var retry []int
 	for i, cmd := range cmds {
-		if _, err := cmd.Result(); lua.IsNoScript(err) {
+		if lua.IsNoScript(cmd.Err()) {
 			retry = append(retry, i)
 		} else {
 			durable[i] = wait()
@@ -361,7 +389,7 @@ func (l *Limiter) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*
 	if len(retry) > 0 {
 		pipe = rdb.Pipeline()
 		for _, i := range retry {
-			cmds[i] = lua.Sync.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+			cmds[i] = lua.Sync.EvalInts(ctx, pipe, calls[i].keys, calls[i].args)
 		}
 		wait := l.waitReplicas(ctx, rdb, pipe)
 		_, _ = pipe.Exec(ctx)
@@ -371,7 +399,7 @@ func (l *Limiter) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*
 	}
 	var errs []error
 	for i, cmd := range cmds {
-		reply, err := cmd.Result()
+		reply, err := lua.IntsReply(cmd)
 		if err == nil {
 			err = durable[i]
 		}
@@ -419,7 +447,9 @@ func (l *Limiter) waitReplicas(ctx context.Context, rdb hybridlimit.Redis, pipe 
 	}
 }
 
-func decodeInto(reply any, msgs []*message) error {
+// decodeInto checks a call's reply, lua.SyncReplyLen integers per message,
+// and stores each message's share in it.
+func decodeInto(reply []int64, msgs []*message) error {
 	n := len(msgs[0].reply)
 	v, err := lua.DecodeInts(reply, n*len(msgs))
 	if err != nil {

@@ -28,7 +28,7 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 		p := sharding.Part(limit, j, s)
 		bucket, ledger, allow := probe.PartKeys(key, j, s, gen)
 		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
-			p.Rate, p.Period.Microseconds(), p.Burst, 1, 1, 0, 0, -1, 0)
+			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
 		if err != nil {
 			t.Fatal(err)
 		}

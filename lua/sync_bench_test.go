@@ -1,0 +1,129 @@
+package lua
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// BenchmarkSyncScript measures one call of the sync script carrying 256
+// reserve messages that each top up a key, over a keyspace of about 100,000 keys:
+// the unit a round of the hybrid limiter is made of. us/key is the time
+// Redis spent in the script per key message (INFO commandstats), which the
+// client's share of the op (encoding, decoding) does not include.
+func BenchmarkSyncScript(b *testing.B) {
+	const perCall, keyspace = 256, 391 * 256 // about 100,000 keys
+	c := redistest.Standalone(b)
+	ctx := b.Context()
+	prefix := redistest.Prefix(b)
+	keys := make([]string, 3*keyspace)
+	for i := range keyspace {
+		k := strconv.Itoa(i)
+		keys[3*i] = prefix + "{s}:b:" + k
+		keys[3*i+1] = prefix + "{s}:l:i:" + k
+		keys[3*i+2] = prefix + "{s}:a:" + k
+	}
+	totals := make([]int64, keyspace)
+	const epoch = 1_000
+	seq := int64(epoch)
+	now := int64(1_700_000_000_000_000)
+	next := 0
+	if err := c.ScriptLoad(ctx, Sync.Source()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	args := make([]any, SyncHeaderArgs+perCall)
+	call := func() {
+		copy(args, []any{now, 60_000, "r", "i", 1_000_000})
+		from := next
+		buf = buf[:0]
+		ends := [perCall]int{}
+		for j := range perCall {
+			seq++
+			m := SyncMsg{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: seq, Epoch: epoch,
+				Base: totals[next], Value: totals[next] + 6, Budget: -1}
+			buf = m.Append(buf)
+			ends[j] = len(buf)
+			next = (next + 1) % keyspace
+		}
+		all := string(buf)
+		start := 0
+		for j, end := range ends {
+			args[SyncHeaderArgs+j] = all[start:end]
+			start = end
+		}
+		reply, err := Sync.EvalShaInts(ctx, c, keys[3*from:3*(from+perCall)], args).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		v, err := DecodeInts(reply, 7*perCall)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range perCall {
+			totals[from+j] = v[7*j]
+		}
+		if next == 0 {
+			now += 1_000_000
+		}
+	}
+	for range keyspace / perCall {
+		call()
+	}
+	before, cpuBefore := evalUsec(b, c), redisCPU(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		call()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(evalUsec(b, c)-before)/float64(b.N*perCall), "redis-us/key")
+	b.ReportMetric((redisCPU(b, c)-cpuBefore)*1e6/float64(b.N*perCall), "redis-cpu-us/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N*perCall), "us/key")
+}
+
+// redisCPU returns the CPU seconds Redis's main thread has used: unlike
+// commandstats, not inflated when other processes take the CPU.
+func redisCPU(b *testing.B, c interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}) float64 {
+	info, err := c.Info(b.Context(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread" {
+			x, _ := strconv.ParseFloat(v, 64)
+			sum += x
+		}
+	}
+	return sum
+}
+
+// evalUsec returns the microseconds Redis spent in EVAL and EVALSHA.
+func evalUsec(b *testing.B, c interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}) int64 {
+	info, err := c.Info(b.Context(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "usec=")
+		rest, _, _ = strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(rest, 10, 64)
+		sum += n
+	}
+	return sum
+}

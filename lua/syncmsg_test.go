@@ -1,0 +1,74 @@
+package lua
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+func TestSyncMsgRoundTrip(t *testing.T) {
+	for _, m := range []SyncMsg{
+		{},
+		{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: 1_700_000_000_000_001, Epoch: 1_700_000_000_000_000, Base: 12, Value: 18, Budget: -1, Held: -1},
+		{Rate: maxExact - 1, PeriodUS: maxExact - 1, Burst: maxExact - 1, Seq: maxExact - 1, Epoch: 1, Base: maxExact - 1, Value: 0, Budget: 5, Held: 7},
+	} {
+		s := m.String()
+		if strings.ContainsAny(s, "e+.") || strings.Count(s, " ") != 8 {
+			t.Errorf("%+v.String() = %q, want nine plain integers", m, s)
+		}
+		got, err := ParseSyncMsg(s)
+		if err != nil || got != m {
+			t.Errorf("ParseSyncMsg(%q) = %+v, %v; want %+v", s, got, err, m)
+		}
+	}
+	for _, s := range []string{"", "1 2 3", "1 2 3 4 5 6 7 8 9 10", "1 2 3 4 5 6 7 8 x", "1  2 3 4 5 6 7 8 9"} {
+		if m, err := ParseSyncMsg(s); err == nil {
+			t.Errorf("ParseSyncMsg(%q) = %+v, want an error", s, m)
+		}
+	}
+}
+
+// TestSyncBadMessage checks that the script refuses a message it cannot
+// parse rather than read it as zeros.
+func TestSyncBadMessage(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	keys := []string{p + "{s}:b", p + "{s}:l", p + "{s}:a"}
+	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 x", "1 1000000 1 5 5 0 -1 -1 0"} {
+		_, err := Sync.Run(t.Context(), c, keys, 0, 60_000, "r", "i", 1_000, msg)
+		if err == nil || !strings.Contains(err.Error(), "is not a message") {
+			t.Errorf("message %q: error %v, want a script error", msg, err)
+		}
+	}
+}
+
+// TestIntsReply checks that a reply which is not an array of integers
+// counts as malformed, and an error reply as what it is.
+func TestIntsReply(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	for _, tt := range []struct {
+		src       string
+		want      []int64
+		malformed bool
+	}{
+		{"return {1, 2, 3}", []int64{1, 2, 3}, false},
+		{"return 'x'", nil, true},
+		{"return {1, 'x', 3}", nil, true},
+		{"return {1, {2}, 3}", nil, true},
+		{"return redis.error_reply('NOPE no')", nil, false},
+	} {
+		s := NewScript("t", tt.src)
+		if err := c.ScriptLoad(t.Context(), tt.src).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := IntsReply(s.EvalShaInts(t.Context(), c, []string{"{t}:k"}, nil))
+		if errors.Is(err, ErrMalformedReply) != tt.malformed || (err == nil) != (tt.want != nil) || !slices.Equal(got, tt.want) {
+			t.Errorf("%s: IntsReply = %v, %v; want %v, malformed %v", tt.src, got, err, tt.want, tt.malformed)
+		}
+	}
+}
