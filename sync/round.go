@@ -558,19 +558,23 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 
 // nextInterval returns the time until e's next sync: the sync interval,
 // jittered, or sooner when the key's allowance will run out before then
-// and its global bucket can feed it (it held at least an interval of this
-// instance's demand), or when its global bucket is nearly empty but not
-// empty. A key whose bucket cannot feed it is rationed: asking sooner only
-// spreads what refills thinner over the instances, for more messages.
+// or its global bucket is nearly empty. In Reserve mode a key whose bucket
+// cannot feed it (it held less than an interval of this instance's
+// demand, or nothing) is rationed: asking sooner only spreads what
+// refills thinner over the instances, for more messages.
 func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration {
 	d := l.cfg.interval
 	held := float64(max(e.avail.Load(), 0))
-	if e.demand > 0 && float64(e.partLeft.Load()) >= e.demand*l.cfg.interval.Seconds() {
+	// Reserve holds what it spends, so asking sooner is worth it only while
+	// the bucket can answer; Optimistic spends first, and asking sooner is
+	// what bounds its overshoot.
+	left, optimistic := e.partLeft.Load(), l.cfg.mode == Optimistic
+	if e.demand > 0 && (optimistic || float64(left) >= e.demand*l.cfg.interval.Seconds()) {
 		if runOut := time.Duration(held / e.demand * float64(time.Second)); runOut < d {
 			d = max(runOut/2, l.tick())
 		}
 	}
-	if e.partLeft.Load() < limit.Burst/10 && e.partLeft.Load() > 0 && e.demand > 0 {
+	if left < limit.Burst/10 && (optimistic || left > 0) && e.demand > 0 {
 		d = max(min(d, l.cfg.interval/2), l.tick())
 	}
 	return time.Duration(float64(d) * l.jitter(uint64(e.epoch)^uint64(e.acked)))
