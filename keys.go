@@ -77,6 +77,15 @@ func (ks Keyspace) Tagged(tag, kind string) string {
 	return b.String()
 }
 
+// AppendTagged appends prefix + "{" + tag + "}:" to dst, the start of the
+// name Tagged makes, so that names can be built into a shared buffer.
+func (ks Keyspace) AppendTagged(dst []byte, tag string) []byte {
+	dst = append(dst, ks.prefix...)
+	dst = append(dst, '{')
+	dst = append(dst, tag...)
+	return append(dst, "}:"...)
+}
+
 // Escape percent-encodes '%', '{' and '}' in key, so the result can sit
 // inside a hash tag. It returns key itself when nothing needs escaping.
 func Escape(key string) string {

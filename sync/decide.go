@@ -235,21 +235,17 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 
 // newEntry returns the entry named name of part j of key in layout at.
 func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.Time, j int, at layout) *entry {
-	bucket, ledger, allow := l.partKeys(key, j, at)
 	e := &entry{
-		key:       name,
-		owner:     key,
-		shard:     int32(j),
-		shards:    int32(at.shards),
-		gen:       int32(at.gen),
-		group:     l.partGroup(key, j, at.shards),
-		bucketKey: bucket,
-		ledgerKey: ledger,
-		allowKey:  allow,
-		epoch:     l.seq.Add(1),
-		lastAt:    now,
-		usedAt:    now,
-		due:       -1,
+		key:    name,
+		owner:  key,
+		shard:  int32(j),
+		shards: int32(at.shards),
+		gen:    int32(at.gen),
+		group:  l.partGroup(key, j, at.shards),
+		epoch:  l.seq.Add(1),
+		lastAt: l.nanos(now),
+		usedAt: l.nanos(now),
+		due:    -1,
 	}
 	e.limit.Store(&limit)
 	e.remaining.Store(limit.Burst)

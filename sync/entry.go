@@ -4,7 +4,6 @@ import (
 	"runtime"
 	stdsync "sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 )
@@ -43,9 +42,6 @@ type entry struct {
 	via       atomic.Int32 // home of a split key: the part decisions turned to last (home's own index at first)
 	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
 	group     int
-	bucketKey string
-	ledgerKey string
-	allowKey  string
 	epoch     int64        // first sequence number of this entry's messages
 	denyUntil atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
@@ -56,14 +52,14 @@ type entry struct {
 	unacked  bool          // the last message got no reply: Redis may hold more than acked says
 	flagged  bool          // on the limiter's list of entries wanting an early sync
 	sent     int64         // Optimistic: consumption carried by the message in flight
-	sentAt   time.Time     // when the message in flight was prepared
-	grantAt  time.Time     // Optimistic: when the message that brought the allowance was prepared
+	sentAt   int64         // when the message in flight was prepared, ns of the limiter's clock, as are the times below
+	grantAt  int64         // Optimistic: when the message that brought the allowance was prepared
 	waiting  int64         // cost of decisions waiting for allowance
 	lastUsed int64         // consumption at the previous round, for the demand estimate
-	lastAt   time.Time     // time of the previous round
+	lastAt   int64         // time of the previous round
 	demand   float64       // tokens per second, smoothed
-	nextSync time.Time     // when the loop should reconcile this entry next
-	usedAt   time.Time     // when a round last saw consumption (or the entry's first round)
+	nextSync int64         // when the loop should reconcile this entry next
+	usedAt   int64         // when a round last saw consumption (or the entry's first round)
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 }

@@ -204,17 +204,39 @@ func (l *Limiter) Layout(key string) (shards, generation int) {
 // partKeys names the keys of part j of key in layout at; a generation
 // after the first adds ".gen" to the part's suffix.
 func (l *Limiter) partKeys(key string, j int, at layout) (bucket, ledger, allowances string) {
-	g, kind := l.group(key), ":"
-	if at.shards > 1 || at.gen > 0 {
-		g = l.partGroup(key, j, at.shards)
-		kind = "#" + strconv.Itoa(j) + "." + strconv.Itoa(at.shards)
-		if at.gen > 0 {
-			kind += "." + strconv.Itoa(at.gen)
+	b, ends := l.appendPartKeys(nil, key, j, at, l.partGroup(key, j, at.shards))
+	names := string(b)
+	return names[:ends[0]], names[ends[0]:ends[1]], names[ends[1]:ends[2]]
+}
+
+// appendPartKeys appends to dst the names partKeys returns, for the part
+// whose slot group is g, end to end, and returns where each ends. A round
+// names the keys of its messages this way, into one buffer a call, rather
+// than each entry keeping three strings.
+func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [3]int) {
+	var ends [3]int
+	for i, kind := range [3]byte{'b', 'l', 'a'} {
+		dst = l.ks.AppendTagged(dst, l.tags[g])
+		dst = append(dst, kind)
+		if at.shards > 1 || at.gen > 0 {
+			dst = append(dst, '#')
+			dst = strconv.AppendInt(dst, int64(j), 10)
+			dst = append(dst, '.')
+			dst = strconv.AppendInt(dst, int64(at.shards), 10)
+			if at.gen > 0 {
+				dst = append(dst, '.')
+				dst = strconv.AppendInt(dst, int64(at.gen), 10)
+			}
 		}
-		kind += ":"
+		dst = append(dst, ':')
+		if kind == 'l' {
+			dst = append(dst, l.cfg.instanceID...)
+			dst = append(dst, ':')
+		}
+		dst = append(dst, key...)
+		ends[i] = len(dst)
 	}
-	tag := l.tags[g]
-	return l.ks.Tagged(tag, "b"+kind+key), l.ks.Tagged(tag, "l"+kind+l.cfg.instanceID+":"+key), l.ks.Tagged(tag, "a"+kind+key)
+	return dst, ends
 }
 
 // shardCount returns how many parts key is split into under limit: what

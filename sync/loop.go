@@ -180,7 +180,7 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || !e.synced.Load() || now.Sub(e.usedAt) < 2*l.idleHold() {
+	if e.inflight || e.unacked || e.flagged || !e.synced.Load() || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
 		return false
 	}
 	if l.cfg.mode == Optimistic {

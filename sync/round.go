@@ -67,7 +67,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			e.mu.Unlock()
 			continue
 		}
-		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && now.Sub(e.grantAt) >= l.allowanceLife()/2 {
+		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && time.Duration(l.nanos(now)-e.grantAt) >= l.allowanceLife()/2 {
 			// Half-way to lapsing in Redis and not renewed: stop spending
 			// it, with half a life of margin for a late round.
 			e.take(e.avail.Load())
@@ -87,7 +87,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			m.e = e
 			m.seq = l.seq.Add(1)
 			e.inflight = true
-			e.sentAt = now
+			e.sentAt = l.nanos(now)
 			r.msgs = append(r.msgs, m)
 		}
 		e.mu.Unlock()
@@ -99,20 +99,21 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	limit := partLimit(e)
 	consumed := e.consumed()
-	dt := now.Sub(e.lastAt)
+	t := l.nanos(now)
+	dt := time.Duration(t - e.lastAt)
 	rate := 0.0
 	if used := consumed - e.lastUsed; used > 0 && dt > 0 {
 		// Over the time since consumption was last seen, not since the
 		// last round: one request on a quiet key is not a burst of demand.
-		rate = float64(used) / max(dt, now.Sub(e.usedAt)).Seconds()
+		rate = float64(used) / max(dt, time.Duration(t-e.usedAt)).Seconds()
 	}
 	switch {
 	case dt >= l.cfg.interval/2:
 		e.demand = max(rate, (e.demand+rate)/2) // rise at once, decay by halves
-		if consumed != e.lastUsed || e.usedAt.IsZero() {
-			e.usedAt = now
+		if consumed != e.lastUsed {
+			e.usedAt = t
 		}
-		e.lastUsed, e.lastAt = consumed, now
+		e.lastUsed, e.lastAt = consumed, t
 	case dt >= time.Millisecond && rate > e.demand:
 		// A key fetching again before half an interval is out: let its
 		// lease grow now rather than after a string of small fetches.
@@ -130,7 +131,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		}
 		m.value = consumed
 		e.sent = consumed
-		expiring := l.cfg.overshoot >= 0 && held > 0 && now.Sub(e.grantAt) >= l.allowanceLife()/5
+		expiring := l.cfg.overshoot >= 0 && held > 0 && time.Duration(t-e.grantAt) >= l.allowanceLife()/5
 		// A flagged key found its allowance spent: ask for more even with
 		// nothing to report.
 		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring || e.flagged
@@ -142,7 +143,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	// only what waits, so a split key costs each instance the messages of
 	// one part at a time, not of all.
 	serving := e.key == e.owner || l.homeDry(e.owner, now)
-	if !final && serving && now.Sub(e.usedAt) < l.idleHold() && !l.lowLimit(e, limit) {
+	if !final && serving && time.Duration(t-e.usedAt) < l.idleHold() && !l.lowLimit(e, limit) {
 		lease := int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
 		want += max(lease, l.minLease(limit))
 	}
@@ -273,9 +274,10 @@ type call struct {
 
 // batches splits the messages into script calls by slot group. Each
 // message's integers are written as text into one buffer per call with no
-// boxing, and the buffer becomes one string that the call's ARGV slice:
-// about four allocations per message in all (its argument and its three
-// keys), where nine boxed integers and their reply cost fourteen.
+// boxing, and its three key names into another; each buffer becomes one
+// string that the call's ARGV and KEYS slice, so a message costs about two
+// allocations where nine boxed integers, their reply and three key names
+// each entry kept cost fourteen and 160 bytes an entry.
 func (r *round) batches() []*call {
 	mode := "r"
 	if r.l.cfg.mode == Optimistic {
@@ -294,8 +296,10 @@ func (r *round) batches() []*call {
 	}
 	type building struct {
 		*call
-		text []byte // the messages' ARGV, end to end
-		ends []int  // where each ends in text
+		text  []byte // the messages' ARGV, end to end
+		ends  []int  // where each ends in text
+		names []byte // the messages' KEYS, end to end
+		nends []int  // where each ends in names
 	}
 	open := make(map[int]*building, len(perGroup))
 	var all []*building
@@ -312,14 +316,18 @@ func (r *round) batches() []*call {
 					keys: make([]string, 0, lua.SyncKeys*n),
 					args: append(make([]any, 0, len(header)+n), header[:]...),
 				},
-				text: make([]byte, 0, 64*n),
-				ends: make([]int, 0, n),
+				text:  make([]byte, 0, 64*n),
+				ends:  make([]int, 0, n),
+				names: make([]byte, 0, 3*48*n),
+				nends: make([]int, 0, lua.SyncKeys*n),
 			}
 			open[g] = c
 			all = append(all, c)
 		}
 		c.msgs = append(c.msgs, m)
-		c.keys = append(c.keys, m.e.bucketKey, m.e.ledgerKey, m.e.allowKey)
+		var ends [3]int
+		c.names, ends = r.l.appendPartKeys(c.names, m.e.owner, int(m.e.shard), m.e.layout(), m.e.group)
+		c.nends = append(c.nends, ends[:]...)
 		msg := lua.SyncMsg{
 			Rate: m.limit.Rate, PeriodUS: m.limit.Period.Microseconds(), Burst: m.limit.Burst,
 			Seq: m.seq, Epoch: m.e.epoch, Base: m.base, Value: m.value,
@@ -333,6 +341,11 @@ func (r *round) batches() []*call {
 		text, start := string(c.text), 0
 		for _, end := range c.ends {
 			c.args = append(c.args, text[start:end])
+			start = end
+		}
+		names, start := string(c.names), 0
+		for _, end := range c.nends {
+			c.keys = append(c.keys, names[start:end])
 			start = end
 		}
 		calls[i] = c.call
@@ -483,7 +496,7 @@ func (r *round) apply(now time.Time) {
 		e.mu.Lock()
 		e.inflight = false
 		e.unacked = !m.ok
-		next := now // no reply: say it again next tick
+		next := l.nanos(now) // no reply: say it again next tick
 		if m.ok {
 			l.applyReply(now, e, m)
 			if m.reply[5] > 0 {
@@ -492,7 +505,7 @@ func (r *round) apply(now time.Time) {
 			next = e.nextSync
 		}
 		e.mu.Unlock()
-		l.sched.at(e, l.nanos(next))
+		l.sched.at(e, next)
 	}
 	// In key order: a move numbers a new entry, so that a simulation in
 	// virtual time replays exactly.
@@ -540,17 +553,17 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		e.remaining.Store(remaining)
 	}
 	e.resetAfter.Store(int64(time.Duration(resetUS) * time.Microsecond))
-	e.nextSync = now.Add(l.nextInterval(e, m.limit))
+	e.nextSync = l.nanos(now) + int64(l.nextInterval(e, m.limit))
 	if retryUS > 0 {
 		// The bucket is empty. Deny locally until a token is due, or, for
 		// a limit that is leased out, until the key's next round asks for
 		// what refilled meanwhile: every instance polling an empty bucket
 		// would cost a fetch per token.
-		until := now.Add(time.Duration(retryUS) * time.Microsecond)
-		if !l.lowLimit(e, m.limit) && e.nextSync.After(until) {
-			until = e.nextSync
+		until := l.nanos(now) + int64(time.Duration(retryUS)*time.Microsecond)
+		if !l.lowLimit(e, m.limit) {
+			until = max(until, e.nextSync)
 		}
-		e.denyUntil.Store(l.nanos(until))
+		e.denyUntil.Store(until)
 	} else {
 		e.denyUntil.Store(0)
 	}
