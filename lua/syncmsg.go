@@ -71,7 +71,8 @@ type Processor interface {
 
 // EvalShaInts queues or sends EVALSHA on p without any fallback, for a
 // script whose reply is an array of integers: the reply is read straight
-// into a []int64, with no value boxed on the way. Check it with
+// into a []int64, with no value boxed on the way. The command refers to
+// keys, which must not change until it is done. Check it with
 // DecodeInts. In a pipeline, a command whose error IsNoScript should be
 // sent again with EvalInts, as for EvalSha.
 func (s *Script) EvalShaInts(ctx context.Context, p Processor, keys []string, args []any) *redis.IntSliceCmd {
@@ -87,8 +88,11 @@ func (s *Script) EvalInts(ctx context.Context, p Processor, keys []string, args 
 func (s *Script) ints(ctx context.Context, p Processor, verb, script string, keys []string, args []any) *redis.IntSliceCmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, verb, script, len(keys))
-	for _, k := range keys {
-		all = append(all, k)
+	for i := range keys {
+		// A pointer fits in an interface as it is; a string would be
+		// copied to the heap, one allocation a key. go-redis writes and
+		// routes by *string as by string.
+		all = append(all, &keys[i])
 	}
 	all = append(all, args...)
 	cmd := redis.NewIntSliceCmd(ctx, all...)

@@ -243,6 +243,10 @@ func asString(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
+	case *string:
+		if x != nil {
+			return *x
+		}
 	case []byte:
 		return string(x)
 	case int:
