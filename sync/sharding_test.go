@@ -3,6 +3,7 @@ package sync_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -347,4 +348,72 @@ func sumArr(v []int64) (s int64) {
 		s += atomic.LoadInt64(&x)
 	}
 	return s
+}
+
+// TestSplitKeyMarkersRenewed drives automatic sharding by hand on a clock
+// the test moves: a hot key is split, and while it stays split the
+// markers its configured layout's buckets hold, which point instances to
+// the new layout, are renewed a quarter of their life before they would
+// lapse: a marker gone would read as a full bucket to a new instance.
+func TestSplitKeyMarkersRenewed(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	limit := hybridlimit.PerSecond(100_000) // markers live 10 minutes: twice its refill time is less
+	step := func(d time.Duration) {
+		t.Helper()
+		clk.now.Add(int64(d))
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Reshard(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ {
+		if _, err := l.AllowN(ctx, "hot", limit, 1000); err != nil {
+			t.Fatal(err)
+		}
+		step(100 * time.Millisecond)
+		if s, _ := l.Layout("hot"); s > 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the key was not split: %+v", l.Stats())
+		}
+	}
+	s, gen := l.Layout("hot")
+	marker, _, _ := l.Keys("hot") // the configured layout: the whole key's bucket
+	want := fmt.Sprintf("m%d.%d", s, gen)
+	if got, err := rdb.Get(ctx, marker).Result(); err != nil || got != want {
+		t.Fatalf("configured bucket after the split = %q, %v; want the marker %q", got, err, want)
+	}
+	// Shorten the marker's life to see its renewal: a quarter of the
+	// marker's life (10 minutes) later it must be long again.
+	if err := rdb.PExpire(ctx, marker, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	step(time.Second)
+	if ttl := rdb.PTTL(ctx, marker).Val(); ttl > 30*time.Second {
+		t.Fatalf("marker renewed after 1s: TTL %v", ttl)
+	}
+	step(3 * time.Minute)
+	if ttl := rdb.PTTL(ctx, marker).Val(); ttl < 5*time.Minute {
+		t.Errorf("marker TTL %v a quarter life after the split, want it renewed to about 10m", ttl)
+	}
+	if got := rdb.Get(ctx, marker).Val(); got != want {
+		t.Errorf("marker after renewal = %q, want %q", got, want)
+	}
+	if s2, gen2 := l.Layout("hot"); s2 != s || gen2 != gen {
+		t.Errorf("layout after renewal = %d.%d, want %d.%d: a key held hot must stay split", s2, gen2, s, gen)
+	}
 }
