@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -415,5 +418,105 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	}
 	if s2, gen2 := l.Layout("hot"); s2 != s || gen2 != gen {
 		t.Errorf("layout after renewal = %d.%d, want %d.%d: a key held hot must stay split", s2, gen2, s, gen)
+	}
+}
+
+// failOp fails every reshard step of one op, as if the connection to
+// Redis broke at that step of a move.
+type failOp string
+
+func (failOp) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f failOp) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && s == string(f) {
+				err := fmt.Errorf("injected: connection lost at reshard %s", s)
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (failOp) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestReshardInterruptedNeverOverAdmits splits a key whose move fails
+// after the old part is closed, before its tokens are credited to the new
+// parts: the tokens it held are out of circulation (until its marker
+// lapses), so the key under-admits, and never admits more than its
+// budget; another instance still follows the marker to the new layout.
+func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	ca, cb := srv.Client(t), srv.Client(t)
+	ca.AddHook(failOp("credit"))
+	prefix := redistest.Prefix(t)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	a, err := hlsync.New(ca, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hlsync.New(cb, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("b"), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = a.Close(ctx); _ = b.Close(ctx) })
+	const budget = 3000
+	limit := frozen(budget)
+	var admitted int64
+	decide := func(l *hlsync.Limiter, cost int64) {
+		t.Helper()
+		r, err := l.AllowN(ctx, "hot", limit, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted += cost
+		}
+	}
+	for i := 0; ; i++ {
+		decide(a, 10)
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := a.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Reshard(ctx)
+		if s, _ := a.Layout("hot"); s > 1 {
+			if err == nil || !strings.Contains(err.Error(), "injected") {
+				t.Fatalf("Reshard with its credit step failing = %v, want the injected error", err)
+			}
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the key was not split: %+v", a.Stats())
+		}
+	}
+	before := admitted
+	// Both instances ask for everything that might be left.
+	for range 400 {
+		decide(a, 10)
+		decide(b, 10)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sa, ga := a.Layout("hot")
+	if sb, gb := b.Layout("hot"); sb != sa || gb != ga {
+		t.Errorf("instance b on layout %d.%d, a on %d.%d: b did not follow the marker", sb, gb, sa, ga)
+	}
+	t.Logf("admitted %d before the split, %d in all, of a budget of %d", before, admitted, budget)
+	if admitted > budget {
+		t.Fatalf("admitted %d, more than the budget %d", admitted, budget)
+	}
+	if admitted == budget {
+		t.Errorf("admitted the whole budget: the interrupted move lost nothing, so the test did not interrupt it")
 	}
 }
