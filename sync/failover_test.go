@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -194,4 +195,82 @@ func TestFailover(t *testing.T) {
 		t.Errorf("SIGKILL: Overspent %d in all, want at most %d", overspent, bound)
 	}
 	redistest.CheckTTLs(t, cl.FreshClient(t), prefix)
+}
+
+// TestBreakerDoesNotFlap stalls the master of a key's slot while the
+// presence record lives on another master: the rounds carrying the key's
+// messages fail for as long as the stall lasts, and the breaker stays
+// open for all of it. The presence call, which still succeeds, is not
+// taken as a sign that Redis is back while rounds have messages that fail
+// (it was, and the breaker opened and closed every few ticks).
+func TestBreakerDoesNotFlap(t *testing.T) {
+	redistest.NoLeaksAfterKill(t)
+	cl := redistest.NewClusterWith(t, "cluster-node-timeout 60000") // no failover during the stall
+	prefix := redistest.Prefix(t)
+	ks, err := hybridlimit.NewKeyspace(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0),
+		hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithLowLimitThreshold(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	presenceMaster, _ := cl.SlotOwner(t, hybridlimit.Slot(ks.Tagged("presence", "instances")))
+	var key string
+	var keyMaster *redistest.Server
+	for i := 0; keyMaster == nil || keyMaster == presenceMaster; i++ {
+		key = fmt.Sprint("k", i)
+		bucket, _, _ := l.Keys(key)
+		keyMaster, _ = cl.SlotOwner(t, hybridlimit.Slot(bucket))
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	limit := frozen(1_000_000)
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		if r, err := l.Allow(ctx, key, limit); err == nil && r.Allowed {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no admission before the stall")
+		}
+	}
+
+	if err := keyMaster.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stalled := true
+	t.Cleanup(func() {
+		if stalled {
+			_ = keyMaster.Signal(syscall.SIGCONT)
+		}
+	})
+	for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(5 * time.Millisecond) {
+		if _, err := l.Allow(ctx, key, limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !l.Stats().BreakerOpen {
+		t.Fatalf("breaker closed at the end of a 2s stall of the key's master: %+v", l.Stats())
+	}
+	if err := keyMaster.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stalled = false
+	for start := time.Now(); l.Stats().BreakerOpen; time.Sleep(5 * time.Millisecond) {
+		if _, err := l.Allow(ctx, key, limit); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("breaker still open 5s after the stall: %+v", l.Stats())
+		}
+	}
+	if s := l.Stats(); s.BreakerOpens != 1 {
+		t.Errorf("breaker opened %d times over one stall (open %v in all), want once", s.BreakerOpens, s.BreakerOpenFor)
+	}
 }

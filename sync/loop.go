@@ -69,11 +69,11 @@ func (l *Limiter) loop(ctx context.Context) error {
 		}
 		now := l.cfg.clock.Now()
 		if now.Sub(lastPresence) >= l.cfg.interval || l.breaker.isOpen() {
-			// While the breaker is open this is also the probe that
-			// closes it, since a round may have nothing to send.
+			// While the breaker is open this is also a probe that may
+			// close it, since a round may have nothing to send.
 			err := l.Announce(ctx)
 			if l.breaker.isOpen() {
-				l.breaker.record(l.cfg.clock.Now(), err)
+				l.breaker.probe(l.cfg.clock.Now(), err)
 			}
 			lastPresence = now
 		}
@@ -282,9 +282,12 @@ type breaker struct {
 	openedAt  time.Time     // when the current open stretch began
 	openTotal time.Duration // earlier open stretches
 	after     time.Duration
-	opens     atomic.Uint64
-	closes    atomic.Uint64
-	log       *slog.Logger
+	// roundFailed says the last round failed: a probe's success does not
+	// close the breaker then.
+	roundFailed bool
+	opens       atomic.Uint64
+	closes      atomic.Uint64
+	log         *slog.Logger
 }
 
 func (b *breaker) init(log *slog.Logger, after time.Duration) { b.log, b.after = log, after }
@@ -302,8 +305,32 @@ func (b *breaker) openFor(now time.Time) time.Duration {
 	return d
 }
 
-// record counts the outcome of a call to Redis made at now.
+// probe counts the outcome of the presence call the loop makes while the
+// breaker is open. It reaches one node only, so its success closes the
+// breaker only if the last round did not fail: else a dead master that
+// the presence record does not live on would open and close the breaker
+// every few ticks. A failed round's messages go again next tick, so a
+// round soon says whether Redis is back.
+func (b *breaker) probe(now time.Time, err error) {
+	b.mu.Lock()
+	roundFailed := b.roundFailed
+	b.mu.Unlock()
+	if err == nil && roundFailed {
+		return
+	}
+	b.outcome(now, err)
+}
+
+// record counts the outcome of a round (a loop's or a fetch's) made at now.
 func (b *breaker) record(now time.Time, err error) {
+	b.mu.Lock()
+	b.roundFailed = err != nil
+	b.mu.Unlock()
+	b.outcome(now, err)
+}
+
+// outcome counts the outcome of a call to Redis made at now.
+func (b *breaker) outcome(now time.Time, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {
