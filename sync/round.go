@@ -316,7 +316,6 @@ func (r *round) batches() []*call {
 			c = &building{
 				call: &call{
 					msgs: make([]*message, 0, n),
-					keys: make([]string, 0, lua.SyncKeys*n),
 					args: append(make([]any, 0, len(header)+n), header[:]...),
 				},
 				text:  make([]byte, 0, 64*n),
@@ -341,21 +340,25 @@ func (r *round) batches() []*call {
 	}
 	calls := make([]*call, len(all))
 	for i, c := range all {
-		text, start := string(c.text), 0
-		c.argv = make([]string, len(c.ends))
-		for j, end := range c.ends {
-			c.argv[j] = text[start:end]
+		c.argv = cut(c.text, c.ends)
+		for j := range c.argv {
 			c.args = append(c.args, &c.argv[j]) // a pointer, not a string, to box: no allocation
-			start = end
 		}
-		names, start := string(c.names), 0
-		for _, end := range c.nends {
-			c.keys = append(c.keys, names[start:end])
-			start = end
-		}
+		c.keys = cut(c.names, c.nends)
 		calls[i] = c.call
 	}
 	return calls
+}
+
+// cut makes one string of buf and returns its pieces, each ending where
+// ends says.
+func cut(buf []byte, ends []int) []string {
+	all, start := string(buf), 0
+	out := make([]string, len(ends))
+	for i, end := range ends {
+		out[i], start = all[start:end], end
+	}
+	return out
 }
 
 // budget returns the overshoot budget in tokens for limit, or -1 for none.
