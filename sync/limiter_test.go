@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	stdsync "sync"
 	"sync/atomic"
@@ -344,5 +345,18 @@ func TestEmptiedKeyDoesNotWait(t *testing.T) {
 	}
 	if r, err := l.Allow(ctx, "hot", limit); err != nil || !r.Allowed {
 		t.Fatalf("decision after the flagged round = %+v, %v; want admitted from what refilled", r, err)
+	}
+	// A closed limiter says so, even for a key it could deny from Redis's
+	// last word without asking.
+	for r, err := l.Allow(ctx, "hot", limit); err != nil || r.Allowed || r.RetryAfter <= 0; r, err = l.Allow(ctx, "hot", limit) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, "hot", limit); !errors.Is(err, hlsync.ErrClosed) {
+		t.Errorf("Allow after Close on a key Redis said is empty = %v, want ErrClosed", err)
 	}
 }
