@@ -121,4 +121,7 @@ func TestDurableSyncCluster(t *testing.T) {
 	if _, err := hlsync.New(newClient(), hlsync.WithDurableSync(1, 0)); err == nil {
 		t.Error("durable sync with no timeout accepted")
 	}
+	if _, err := hlsync.New(newClient(), hlsync.WithDurableSync(1, time.Second), hlsync.WithRoundTimeout(100*time.Millisecond)); err == nil {
+		t.Error("round timeout shorter than the WAIT timeout accepted")
+	}
 }

@@ -105,6 +105,9 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		}
 	}
 	cfg.finish()
+	if cfg.roundTimeout < cfg.durable.timeout {
+		return nil, fmt.Errorf("sync: round timeout %v is shorter than the durable-sync WAIT timeout %v: a round would end before its replicas could answer", cfg.roundTimeout, cfg.durable.timeout)
+	}
 	if (cfg.shards != nil || cfg.auto.Max > 0) && cfg.mode == Optimistic {
 		return nil, errors.New("sync: WithShards and WithAutoShards need Reserve mode")
 	}

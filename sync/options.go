@@ -186,7 +186,8 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithRoundTimeout bounds one reconcile round's Redis calls (default: the
-// sync interval). Example: WithRoundTimeout(100*time.Millisecond).
+// sync interval, plus the WAIT timeout under WithDurableSync, which it may
+// not be shorter than). Example: WithRoundTimeout(100*time.Millisecond).
 func WithRoundTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -428,7 +429,10 @@ func (c *config) finish() {
 		c.auto.Hold = max(40*c.interval, 30*time.Second)
 	}
 	if c.roundTimeout == 0 {
-		c.roundTimeout = c.interval
+		// A round under durable sync waits for replicas after its scripts
+		// ran; cutting it at the interval would fail every round whose
+		// replication lags a little, though WAIT was given longer.
+		c.roundTimeout = c.interval + c.durable.timeout
 	}
 	if math.IsNaN(c.jitter) {
 		c.jitter = 0
