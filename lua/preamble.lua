@@ -57,22 +57,41 @@ local function ttl_ms(us)
   return floor_div(us, 1000) + 1
 end
 
--- store_tat writes a GCRA theoretical arrival time of tat microseconds to
--- key with the TTL of its state (until the bucket is full), or deletes the
--- key when tat is not ahead of now: an absent bucket is a full one.
--- 17 significant digits keep the float exact on reading. old, if given,
--- is what the key holds (false: nothing); then a write that would change
--- nothing is skipped (an empty bucket that granted nothing, a full one
--- that took nothing back): the same tat has the same expiry.
-local function store_tat(key, tat, now, old)
-  if tat > now then
-    local v = string.format('%.17g', tat)
-    if v ~= old then
-      redis.call('SET', key, v, 'PX', ttl_ms(tat - now))
-    end
-  elseif old ~= false then
-    redis.call('DEL', key)
+-- The hybrid limiter's bucket (sync.lua, reshard.lua) is one hash a key
+-- (or a part of a split key), so that a message finds all it reads and
+-- writes in one key, with one read and one write:
+--   t       the GCRA theoretical arrival time in microseconds, %.17g (17
+--           significant digits keep the float exact); or a marker
+--           "m<shards>.<generation>" (reshard.lua); absent: full.
+--   x       the key's expiry in milliseconds by the scripts' clock (now_us,
+--           which may be the caller's), as last set, so that a message
+--           extends it only when it falls short, not every time.
+--   l:<id>  instance id's ledger (sync.lua).
+
+-- tat_text returns the text to store in field t for a bucket at tat, or
+-- nil when old (the field's text, or false) already says the same: an
+-- empty bucket that granted nothing, a full one that took nothing back.
+-- A tat not ahead of now is a full bucket, stored only over an older tat.
+local function tat_text(tat, now, old)
+  if tat <= now and not old then
+    return nil
   end
+  local v = string.format('%.17g', tat)
+  if v == old then
+    return nil
+  end
+  return v
+end
+
+-- extend returns the expiry to give a bucket whose field x holds x (or
+-- false) and whose state must live until need_ms, with slack_ms to spare
+-- so that the next messages need not extend it again; nil when x already
+-- reaches need_ms.
+local function extend(x, need_ms, slack_ms)
+  if x and tonumber(x) >= need_ms then
+    return nil
+  end
+  return need_ms + slack_ms
 end
 
 -- Script body follows.

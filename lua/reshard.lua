@@ -5,18 +5,21 @@
 -- markers of the key's default layout to the new one; sync.lua answers a
 -- message to a closed part with the layout its marker names.
 --
--- The bucket is a GCRA theoretical arrival time in microseconds (see
--- sync.lua), absent when full, or a marker "m<shards>.<generation>".
+-- The bucket is the hash of preamble.lua: its field t holds the GCRA
+-- theoretical arrival time in microseconds (see sync.lua), is absent when
+-- full, or holds a marker "m<shards>.<generation>".
 --
--- KEYS[1]  the part's global bucket.
+-- KEYS[1]  the part's global bucket; for lock and unlock, the lock, a
+--          string key.
 -- ARGV[1]  now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]  op:
---            "open"   create the bucket empty, refilling from now, unless
---                     the key exists;
+--            "open"   make the bucket empty, refilling from now, unless
+--                     it holds a marker or is not full;
 --            "close"  replace the bucket with the marker, unless it is one;
---            "credit" add ARGV[7] tokens to an open bucket, up to full;
+--            "credit" add ARGV[7] tokens to an open bucket that is not
+--                     full, up to full;
 --            "mark"   set the marker if the bucket is a marker already
---                     or absent (the default layout of a moved key);
+--                     or full (the default layout of a moved key);
 --            "lock"   set KEYS[1] to the marker (here an owner's name)
 --                     unless it exists, for ARGV[7] milliseconds;
 --            "unlock" delete KEYS[1] if it holds the marker.
@@ -46,26 +49,45 @@ elseif op == 'unlock' then
   end
   return {0, 0, now}
 end
-local raw = redis.call('GET', key)
+local got = redis.call('HMGET', key, 't', 'x')
+local raw, x = got[1], got[2]
 local closed = raw and string.sub(raw, 1, 1) == 'm'
+-- A time not ahead of now is a full bucket, as an absent one is.
+local exists = closed or (raw and tonumber(raw) > now)
+local now_ms = floor_div(now, 1000)
+
+-- set writes field t and makes the key live until at least until_ms.
+local function set(t, until_ms)
+  local at = extend(x, until_ms, 0)
+  if at then
+    redis.call('HSET', key, 't', t, 'x', string.format('%d', at))
+    redis.call('PEXPIRE', key, at - now_ms) -- relative: now may be the caller's clock
+  else
+    redis.call('HSET', key, 't', t)
+  end
+end
 
 if op == 'open' then
-  if raw then return {0, 0, now} end
-  store_tat(key, now + tolerance, now)
+  if exists then return {0, 0, now} end
+  set(string.format('%.17g', now + tolerance), now_ms + ttl_ms(tolerance))
   return {1, 0, now}
 elseif op == 'close' then
   if closed then return {0, 0, now} end
   local tat = math.max(tonumber(raw) or now, now)
   local held = math.max(0, math.floor((tolerance - (tat - now)) / interval + 1e-6))
-  redis.call('SET', key, marker, 'PX', n)
+  set(marker, now_ms + n)
   return {1, held, now}
 elseif op == 'credit' then
-  if closed or not raw then return {0, 0, now} end
-  store_tat(key, math.max(now, tonumber(raw) - n * interval), now)
+  if closed or not exists then return {0, 0, now} end
+  local tat = math.max(now, tonumber(raw) - n * interval)
+  local t = tat_text(tat, now, raw)
+  if t then set(t, now_ms + ttl_ms(tat - now)) end
   return {1, 0, now}
 elseif op == 'mark' then
-  if raw and not closed then return {0, 0, now} end
-  redis.call('SET', key, marker, 'PX', n)
+  if exists and not closed then return {0, 0, now} end
+  -- Renewal: the marker's life starts again now, whatever is left of it.
+  redis.call('HSET', key, 't', marker, 'x', string.format('%d', now_ms + n))
+  redis.call('PEXPIRE', key, n)
   return {1, 0, now}
 end
 return redis.error_reply('reshard: unknown op ' .. tostring(op))

@@ -12,8 +12,8 @@ import (
 )
 
 // reshardModel states reshard.lua's ops on one bucket from their
-// definitions: the bucket is absent (full), a theoretical arrival time, or
-// a marker.
+// definitions: the bucket is full (absent, or a time already past), a
+// theoretical arrival time, or a marker.
 type reshardModel struct {
 	interval, tolerance float64 // microseconds
 	exists              bool
@@ -37,6 +37,9 @@ func (m *reshardModel) apply(op, marker string, n int64, now float64) [3]int64 {
 			d = 1
 		}
 		return [3]int64{d, tokens, int64(now)}
+	}
+	if m.exists && m.marker == "" && m.tat <= now {
+		m.exists = false // refilled: a time past is a full bucket
 	}
 	closed := m.exists && m.marker != ""
 	switch op {
@@ -77,7 +80,7 @@ func (m *reshardModel) apply(op, marker string, n int64, now float64) [3]int64 {
 // explicit times, on a real server and on the model, and requires the
 // same replies and the same stored bucket after every op; every key the
 // script writes has a TTL. Times move in whole seconds and a token is 360
-// seconds, so a stored time is either due (deleted) or at least a second
+// seconds, so a stored time is either due (full) or at least a second
 // ahead: no key can lapse under the test's feet.
 func TestReshardMatchesModel(t *testing.T) {
 	c := redistest.Standalone(t)
@@ -110,11 +113,12 @@ func TestReshardMatchesModel(t *testing.T) {
 			if [3]int64(got) != want {
 				t.Fatalf("seq %d op %d %s(n=%d) at +%ds: script %v, model %v", seq, i, op, n, (now-1_800_000_000_000_000)/1e6, got, want)
 			}
-			val, err := c.Get(ctx, key).Result()
+			val, err := c.HGet(ctx, key, "t").Result()
 			switch {
 			case !m.exists:
-				if err == nil {
-					t.Fatalf("seq %d op %d %s: bucket %q, model has none", seq, i, op, val)
+				// Absent, or a time not ahead of now: both a full bucket.
+				if f, perr := strconv.ParseFloat(val, 64); err == nil && (perr != nil || f > float64(now)) {
+					t.Fatalf("seq %d op %d %s: bucket %q, model has a full one", seq, i, op, val)
 				}
 			case m.marker != "":
 				if val != m.marker {

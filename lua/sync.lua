@@ -31,14 +31,18 @@
 -- microseconds, rarely a whole number. Whole tokens are counted with a
 -- tolerance of 1e-6 token against float rounding.
 --
--- KEYS[3i-2]  global bucket of key i: string, the GCRA theoretical arrival
---             time in microseconds; absent means a full bucket; or a
---             marker (see above).
--- KEYS[3i-1]  ledger of key i for this instance: string "seq epoch total":
---             the last applied sequence number, the epoch (first sequence
---             number) of the instance's state for the key that wrote it, and
---             the tokens granted (reserve) or debited (report) in all.
--- KEYS[3i]    allowances of key i (report mode with a budget): hash from
+-- KEYS[2i-1]  global bucket of key i: a hash (see preamble.lua) holding
+--             the bucket (t), its expiry (x) and, per instance, its ledger
+--             (l:<id>): "seq epoch total at": the last applied sequence
+--             number, the epoch (first sequence number) of the instance's
+--             state for the key that wrote it, the tokens granted (reserve)
+--             or debited (report) in all, and when it was written, in Unix
+--             seconds. A ledger unwritten for the ledger TTL is stale: the
+--             first message of an instance new to the key deletes the stale
+--             ledgers of the others once the hash holds more than a few.
+--             The key lives until its bucket is full again and every
+--             ledger in it stale.
+-- KEYS[2i]    allowances of key i (report mode with a budget): hash from
 --             instance id to "allowance lapse_us".
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]     ledger TTL in milliseconds, an integer.
@@ -71,14 +75,17 @@
 --             shards, generation (the layout a marker names; 0, 0 when the
 --                        bucket is open).
 local now = now_us()
--- A number handed to redis.call is printed with %.17g, which costs more
--- than the argument's own text.
-local ledger_ttl = ARGV[2]
-int_arg(2)
+local now_ms = floor_div(now, 1000)
+local now_s = floor_div(now, 1000000)
+local ledger_ttl = int_arg(2)
 local reserve = ARGV[3] == 'r'
 local id = ARGV[4]
 local lifetime = int_arg(5)
+local lfield = 'l:' .. id
 local reply = {}
+
+-- Ledgers a bucket may hold before a newcomer looks for stale ones.
+local prune_above = 16
 
 -- share returns this instance's allowance under a budget, recording it:
 -- what the bucket holds plus the budget, less the live allowances of the
@@ -130,6 +137,20 @@ local function recorded(akey)
   return tonumber(a)
 end
 
+-- prune deletes the stale ledgers of bkey, if it holds more than a few.
+local function prune(bkey)
+  if redis.call('HLEN', bkey) <= prune_above then return end
+  local all = redis.call('HGETALL', bkey)
+  for k = 1, #all, 2 do
+    if string.sub(all[k], 1, 2) == 'l:' then
+      local at = tonumber(string.match(all[k + 1], ' (%d+)$'))
+      if at == nil or at * 1000 + ledger_ttl < now_ms then
+        redis.call('HDEL', bkey, all[k])
+      end
+    end
+  end
+end
+
 -- parse returns the nine integers of a message, or raises a script error.
 local function parse(i)
   local m = ARGV[5 + i]
@@ -142,12 +163,13 @@ local function parse(i)
     tonumber(f), tonumber(g), tonumber(h), tonumber(k)
 end
 
-for i = 1, #KEYS / 3 do
-  local bkey, lkey, akey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+for i = 1, #KEYS / 2 do
+  local bkey, akey = KEYS[2 * i - 1], KEYS[2 * i]
   local rate, period, burst, seq, epoch, base, value, budget, held = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
-  local raw = redis.call('GET', bkey)
+  local got = redis.call('HMGET', bkey, 't', lfield, 'x')
+  local raw, l, x = got[1], got[2], got[3]
   local moved_s, moved_gen = 0, 0
   if raw and string.byte(raw, 1) == 109 then -- 'm'
     local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
@@ -157,9 +179,8 @@ for i = 1, #KEYS / 3 do
   if tat < now then tat = now end
 
   local lseq, total = 0, base
-  local l = redis.call('GET', lkey)
   if l then
-    local s, e, n = string.match(l, '^(%d+) (%d+) (%d+)$')
+    local s, e, n = string.match(l, '^(%d+) (%d+) (%d+)')
     lseq = tonumber(s)
     if tonumber(e) == epoch then total = tonumber(n) end
   end
@@ -176,10 +197,23 @@ for i = 1, #KEYS / 3 do
       tat = math.min(tat + (value - total) * interval, now + 2 * tolerance)
       total = value
     end
+    if not l then prune(bkey) end
     -- %d, not %.0f: the same digits for these integers, at a third of
     -- the cost.
-    redis.call('SET', lkey, string.format('%d %d %d', seq, epoch, total), 'PX', ledger_ttl)
-    store_tat(bkey, tat, now, raw)
+    local w = {'HSET', bkey, lfield, string.format('%d %d %d %d', seq, epoch, total, now_s)}
+    local t = tat_text(tat, now, raw)
+    if t then
+      w[5], w[6] = 't', t
+    end
+    local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(tat - now)), floor_div(ledger_ttl, 2))
+    if until_ms then
+      w[#w + 1], w[#w + 2] = 'x', string.format('%d', until_ms)
+    end
+    redis.call(unpack(w))
+    if until_ms then
+      -- Relative: now may be the caller's clock (ARGV[1]), not Redis's.
+      redis.call('PEXPIRE', bkey, until_ms - now_ms)
+    end
   end
   local remaining = math.max(0, available(tat, tolerance, interval))
   if moved_s > 0 then remaining = 0 end

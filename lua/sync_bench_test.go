@@ -21,12 +21,11 @@ func BenchmarkSyncScript(b *testing.B) {
 	c := redistest.Standalone(b)
 	ctx := b.Context()
 	prefix := redistest.Prefix(b)
-	keys := make([]string, 3*keyspace)
+	keys := make([]string, SyncKeys*keyspace)
 	for i := range keyspace {
 		k := strconv.Itoa(i)
-		keys[3*i] = prefix + "{s}:b:" + k
-		keys[3*i+1] = prefix + "{s}:l:i:" + k
-		keys[3*i+2] = prefix + "{s}:a:" + k
+		keys[SyncKeys*i] = prefix + "{s}:b:" + k
+		keys[SyncKeys*i+1] = prefix + "{s}:a:" + k
 	}
 	totals := make([]int64, keyspace)
 	const epoch = 1_000
@@ -57,7 +56,7 @@ func BenchmarkSyncScript(b *testing.B) {
 			args[SyncHeaderArgs+j] = all[start:end]
 			start = end
 		}
-		reply, err := Sync.EvalShaInts(ctx, c, keys[3*from:3*(from+perCall)], args).Result()
+		reply, err := Sync.EvalShaInts(ctx, c, keys[SyncKeys*from:SyncKeys*(from+perCall)], args).Result()
 		if err != nil {
 			b.Fatal(err)
 		}

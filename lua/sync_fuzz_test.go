@@ -167,19 +167,15 @@ func FuzzSyncScript(f *testing.F) {
 		prefix := fmt.Sprintf("%s%x:", redistest.Prefix(t), rand.Uint64())
 		lim := syncLimits[int(limits)%len(syncLimits)]
 		var buckets [2]*syncBucket
-		var keys [2][3]string
+		var keys [2][SyncKeys]string
 		for k := range buckets {
 			buckets[k] = &syncBucket{rate: lim[k][0], periodUS: lim[k][1], burst: lim[k][2], ledgers: map[string]syncLedger{}}
 		}
-		keysOf := func(key int, id string) []string {
-			return []string{
-				fmt.Sprintf("%s{s}:b:k%d", prefix, key),
-				fmt.Sprintf("%s{s}:l:%s:k%d", prefix, id, key),
-				fmt.Sprintf("%s{s}:a:k%d", prefix, key),
-			}
+		keysOf := func(key int) []string {
+			return []string{fmt.Sprintf("%s{s}:b:k%d", prefix, key), fmt.Sprintf("%s{s}:a:k%d", prefix, key)}
 		}
 		for k := range keys {
-			copy(keys[k][:], keysOf(k, "")) // for the bucket key only
+			copy(keys[k][:], keysOf(k))
 		}
 		seq := int64(1_000)
 		instances := [2]*syncInstance{{id: "a", seq: &seq}, {id: "b", seq: &seq}}
@@ -194,7 +190,7 @@ func FuzzSyncScript(f *testing.F) {
 			args := []any{now, 60_000, "r", msgs[0].id, 1_000}
 			for _, m := range msgs {
 				b := buckets[m.key]
-				ks = append(ks, keysOf(m.key, m.id)...)
+				ks = append(ks, keysOf(m.key)...)
 				args = append(args, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
 					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1}.String())
 			}

@@ -15,7 +15,7 @@ import (
 // holds SyncReplyLen integers per key.
 const (
 	SyncHeaderArgs = 5
-	SyncKeys       = 3
+	SyncKeys       = 2
 	SyncReplyLen   = 7
 )
 

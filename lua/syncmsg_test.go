@@ -37,7 +37,7 @@ func TestSyncBadMessage(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
 	p := redistest.Prefix(t)
-	keys := []string{p + "{s}:b", p + "{s}:l", p + "{s}:a"}
+	keys := []string{p + "{s}:b", p + "{s}:a"}
 	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 x", "1 1000000 1 5 5 0 -1 -1 0"} {
 		_, err := Sync.Run(t.Context(), c, keys, 0, 60_000, "r", "i", 1_000, msg)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {

@@ -63,7 +63,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, _, _ := probe.Keys(key)
+	bucket, _ := probe.Keys(key)
 	slot := hybridlimit.Slot(bucket)
 
 	var negative atomic.Int64
@@ -223,7 +223,7 @@ func TestBreakerDoesNotFlap(t *testing.T) {
 	var keyMaster *redistest.Server
 	for i := 0; keyMaster == nil || keyMaster == presenceMaster; i++ {
 		key = fmt.Sprint("k", i)
-		bucket, _, _ := l.Keys(key)
+		bucket, _ := l.Keys(key)
 		keyMaster, _ = cl.SlotOwner(t, hybridlimit.Slot(bucket))
 	}
 	if err := l.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/lua"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
@@ -178,9 +179,10 @@ func (l *Limiter) group(key string) int {
 	return int(h.Sum32() % uint32(len(l.tags)))
 }
 
-// Keys returns the Redis keys of key's global bucket, of this instance's
-// ledger for it, and of its Optimistic allowances, for inspection and tests.
-func (l *Limiter) Keys(key string) (bucket, ledger, allowances string) {
+// Keys returns the Redis keys of key's global bucket, a hash that also
+// holds every instance's ledger (field "l:" + instance id), and of its Optimistic
+// allowances, for inspection and tests.
+func (l *Limiter) Keys(key string) (bucket, allowances string) {
 	return l.PartKeys(key, 0, 1, 0)
 }
 
@@ -190,7 +192,7 @@ func (l *Limiter) Keys(key string) (bucket, ledger, allowances string) {
 // group sharding.Group assigns it, and its key names carry "#j.s" (and
 // ".gen" after the first generation) after the kind, so whole keys and the
 // parts of every layout never share a name.
-func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, ledger, allowances string) {
+func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, allowances string) {
 	return l.partKeys(key, j, layout{s, generation})
 }
 
@@ -206,19 +208,19 @@ func (l *Limiter) Layout(key string) (shards, generation int) {
 
 // partKeys names the keys of part j of key in layout at; a generation
 // after the first adds ".gen" to the part's suffix.
-func (l *Limiter) partKeys(key string, j int, at layout) (bucket, ledger, allowances string) {
+func (l *Limiter) partKeys(key string, j int, at layout) (bucket, allowances string) {
 	b, ends := l.appendPartKeys(nil, key, j, at, l.partGroup(key, j, at.shards))
 	names := string(b)
-	return names[:ends[0]], names[ends[0]:ends[1]], names[ends[1]:ends[2]]
+	return names[:ends[0]], names[ends[0]:ends[1]]
 }
 
 // appendPartKeys appends to dst the names partKeys returns, for the part
 // whose slot group is g, end to end, and returns where each ends. A round
 // names the keys of its messages this way, into one buffer a call, rather
-// than each entry keeping three strings.
-func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [3]int) {
-	var ends [3]int
-	for i, kind := range [3]byte{'b', 'l', 'a'} {
+// than each entry keeping its own strings.
+func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [lua.SyncKeys]int) {
+	var ends [lua.SyncKeys]int
+	for i, kind := range [lua.SyncKeys]byte{'b', 'a'} {
 		dst = l.ks.AppendTagged(dst, l.tags[g])
 		dst = append(dst, kind)
 		if at.shards > 1 || at.gen > 0 {
@@ -232,10 +234,6 @@ func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int
 			}
 		}
 		dst = append(dst, ':')
-		if kind == 'l' {
-			dst = append(dst, l.cfg.instanceID...)
-			dst = append(dst, ':')
-		}
 		dst = append(dst, key...)
 		ends[i] = len(dst)
 	}

@@ -109,8 +109,8 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, ledger, allow := probe.Keys(key)
-	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
+	bucket, allow := probe.Keys(key)
+	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, 0, 60000, "r", "probe", 1000,
 		lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
 	if err != nil {
 		t.Fatal(err)

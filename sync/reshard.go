@@ -233,7 +233,7 @@ func (l *Limiter) step(ctx context.Context, bucket string, part hybridlimit.Limi
 }
 
 func (l *Limiter) bucketOf(key string, j int, at layout) string {
-	b, _, _ := l.partKeys(key, j, at)
+	b, _ := l.partKeys(key, j, at)
 	return b
 }
 

@@ -275,7 +275,7 @@ type call struct {
 
 // batches splits the messages into script calls by slot group. Each
 // message's integers are written as text into one buffer per call, and its
-// three key names into another; each buffer becomes one string that the
+// two key names into another; each buffer becomes one string that the
 // call's ARGV and KEYS slice, and the command refers to them by pointer,
 // which an interface holds without copying. So a call costs a few
 // allocations whatever its number of messages, where nine boxed integers
@@ -320,14 +320,14 @@ func (r *round) batches() []*call {
 				},
 				text:  make([]byte, 0, 64*n),
 				ends:  make([]int, 0, n),
-				names: make([]byte, 0, 3*48*n),
+				names: make([]byte, 0, lua.SyncKeys*48*n),
 				nends: make([]int, 0, lua.SyncKeys*n),
 			}
 			open[g] = c
 			all = append(all, c)
 		}
 		c.msgs = append(c.msgs, m)
-		var ends [3]int
+		var ends [lua.SyncKeys]int
 		c.names, ends = r.l.appendPartKeys(c.names, m.e.owner, int(m.e.shard), m.e.layout(), m.e.group)
 		c.nends = append(c.nends, ends[:]...)
 		msg := lua.SyncMsg{

@@ -30,8 +30,8 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	left := make([]int64, s)
 	for j := range s {
 		p := sharding.Part(limit, j, s)
-		bucket, ledger, allow := probe.PartKeys(key, j, s, gen)
-		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, ledger, allow}, 0, 60000, "r", "probe", 1000,
+		bucket, allow := probe.PartKeys(key, j, s, gen)
+		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, 0, 60000, "r", "probe", 1000,
 			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
 		if err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestShardedSpreadsOverMasters(t *testing.T) {
 	for _, s := range []int{2, 3, 4} {
 		on := make(map[string]bool)
 		for j := range s {
-			bucket, _, _ := probe.PartKeys("hot", j, s, 0)
+			bucket, _ := probe.PartKeys("hot", j, s, 0)
 			slot, err := cc.ClusterKeySlot(context.Background(), bucket).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -282,6 +282,10 @@ func TestAutoShardsMoveEveryToken(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var admitted [4]int64
 	var wg stdsync.WaitGroup
+	// A failed wait must still stop the workers, or they spin on closed
+	// limiters through every later test of the package.
+	defer wg.Wait()
+	defer cancel()
 	for i, l := range ls {
 		for range 4 {
 			wg.Add(1)
@@ -395,9 +399,9 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 		}
 	}
 	s, gen := l.Layout("hot")
-	marker, _, _ := l.Keys("hot") // the configured layout: the whole key's bucket
+	marker, _ := l.Keys("hot") // the configured layout: the whole key's bucket
 	want := fmt.Sprintf("m%d.%d", s, gen)
-	if got, err := rdb.Get(ctx, marker).Result(); err != nil || got != want {
+	if got, err := rdb.HGet(ctx, marker, "t").Result(); err != nil || got != want {
 		t.Fatalf("configured bucket after the split = %q, %v; want the marker %q", got, err, want)
 	}
 	// Shorten the marker's life to see its renewal: a quarter of the
@@ -413,7 +417,7 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, marker).Val(); ttl < 5*time.Minute {
 		t.Errorf("marker TTL %v a quarter life after the split, want it renewed to about 10m", ttl)
 	}
-	if got := rdb.Get(ctx, marker).Val(); got != want {
+	if got := rdb.HGet(ctx, marker, "t").Val(); got != want {
 		t.Errorf("marker after renewal = %q, want %q", got, want)
 	}
 	if s2, gen2 := l.Layout("hot"); s2 != s || gen2 != gen {

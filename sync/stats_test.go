@@ -74,8 +74,8 @@ func TestErrorsByClass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, ledger, allow := l.Keys("k")
-	for _, key := range []string{bucket, ledger, allow, ks.Tagged("presence", "instances")} {
+	bucket, allow := l.Keys("k")
+	for _, key := range []string{bucket, allow, ks.Tagged("presence", "instances")} {
 		if err := rdb.RPush(ctx, key, "not", "a", "bucket").Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,80 @@
+package lua
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// TestSyncBucketHash checks the bucket hash that sync.lua keeps a key in:
+// its expiry covers both the bucket's state and the ledger TTL after the
+// last message, and is extended only when it falls short; the ledgers of
+// instances gone quiet for a ledger TTL are deleted by the next instance
+// new to the key once the hash holds more than a few, and the live ones
+// are kept.
+func TestSyncBucketHash(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	ctx := t.Context()
+	p := redistest.Prefix(t)
+	keys := []string{p + "{s}:b", p + "{s}:a"}
+	const ledgerTTL = 60_000 // ms
+	now := int64(1_800_000_000_000_000)
+	seq := int64(1_000)
+	send := func(id string, value int64) {
+		t.Helper()
+		seq++
+		// 10 tokens an hour: a token refills in 6 minutes, past the TTL.
+		msg := SyncMsg{Rate: 10, PeriodUS: 3_600_000_000, Burst: 10, Seq: seq, Epoch: 1, Value: value, Budget: -1}
+		if _, err := Sync.Run(ctx, c, keys, now, ledgerTTL, "r", id, 1_000, msg.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiry := func() (x string, ttl time.Duration) {
+		t.Helper()
+		return c.HGet(ctx, keys[0], "x").Val(), c.PTTL(ctx, keys[0]).Val()
+	}
+
+	// One token taken: the state lives 6 minutes, longer than a ledger.
+	send("old0", 1)
+	x, ttl := expiry()
+	if ttl < 6*time.Minute || ttl > 6*time.Minute+ledgerTTL/2*time.Millisecond+time.Second {
+		t.Errorf("TTL %v after one token of 10 an hour, want 6m plus at most half a ledger TTL", ttl)
+	}
+	// A message that changes nothing the expiry must cover leaves it.
+	now += int64(time.Second / time.Microsecond)
+	send("old0", 1)
+	if x2, _ := expiry(); x2 != x {
+		t.Errorf("expiry moved from %s to %s by a message the old one covered", x, x2)
+	}
+
+	// More ledgers than a newcomer tolerates, all of them soon stale.
+	for i := 1; i < 20; i++ {
+		send(fmt.Sprint("old", i), 0)
+	}
+	now += (ledgerTTL + 1_000) * 1_000
+	for i := range 3 {
+		send(fmt.Sprint("old", i), 1) // written again: live
+	}
+	send("new", 0)
+	var ledgers []string
+	for _, f := range c.HKeys(ctx, keys[0]).Val() {
+		if strings.HasPrefix(f, "l:") {
+			ledgers = append(ledgers, f)
+		}
+	}
+	slices.Sort(ledgers)
+	if want := []string{"l:new", "l:old0", "l:old1", "l:old2"}; !slices.Equal(ledgers, want) {
+		t.Errorf("ledgers after a newcomer = %v, want %v: the live ones only", ledgers, want)
+	}
+	if c.HGet(ctx, keys[0], "t").Val() == "" {
+		t.Error("the bucket's time went with the stale ledgers")
+	}
+	if noTTL, _ := redistest.KeysWithoutTTL(t, c, p); len(noTTL) > 0 {
+		t.Errorf("keys without TTL: %v", noTTL)
+	}
+}
