@@ -520,3 +520,89 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 		t.Errorf("admitted the whole budget: the interrupted move lost nothing, so the test did not interrupt it")
 	}
 }
+
+// TestReshardWhileRoundInFlight splits a key while one of the instance's
+// own rounds is in flight: Redis has granted the round's top-up from the
+// whole key's bucket before the split closed it, and the reply arrives
+// after the instance moved its allowance to the new parts. The tokens the
+// reply brings are the instance's, so they move too: what the instance
+// admits plus what the parts hold after Close is the budget.
+func TestReshardWhileRoundInFlight(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	// No low-limit rule: the frozen key leases ahead, so a round tops it
+	// up without a decision waiting for it.
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = l.Close(ctx) })
+	const budget = 3000
+	limit := frozen(budget)
+	var admitted int64
+	admit := func(cost int64) {
+		t.Helper()
+		r, err := l.AllowN(ctx, "hot", limit, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted += cost
+		}
+	}
+	step := func() {
+		t.Helper()
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Reshard(ctx); err != nil { // opens the first check window
+		t.Fatal(err)
+	}
+	for range 12 { // a check window of messages: the key is hot
+		admit(10)
+		step()
+	}
+	admit(10)
+	clk.now.Add(int64(100 * time.Millisecond))
+	r := l.BeginRound()
+	if r.Messages() != 1 {
+		t.Fatalf("round carries %d messages, want the key's top-up", r.Messages())
+	}
+	if err := r.Send(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reshard(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Finish()
+	s, gen := l.Layout("hot")
+	if s != 3 || l.Stats().Reshards != 1 {
+		t.Fatalf("layout %d.%d, %d reshards; want the key split 3 ways", s, gen, l.Stats().Reshards)
+	}
+	for range 100 {
+		for range 50 {
+			admit(1)
+		}
+		step()
+	}
+	st := l.Stats()
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := partsLeft(t, rdb, prefix, "hot", limit, s, gen)
+	t.Logf("admitted %d (Stats %d), left in the parts %v, of %d", admitted, st.Admitted, left, budget)
+	if admitted+sum(left) != budget {
+		t.Errorf("admitted %d + left %v = %d, want the budget %d: tokens lost in the move", admitted, left, admitted+sum(left), budget)
+	}
+	if st.Admitted != uint64(admitted) {
+		t.Errorf("Stats.Admitted = %d, want %d", st.Admitted, admitted)
+	}
+}
