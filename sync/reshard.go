@@ -95,7 +95,10 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
+		// A key merged back has its configured parts already, under a
+		// later generation: it stays there, its markers kept, until it
+		// is hot again. Merging it again would only move it once more.
+		if from.shards == s || since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
 			l.keepMarkers(ctx, key, limit, from, now)
 			continue
 		}

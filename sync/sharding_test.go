@@ -606,3 +606,66 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 		t.Errorf("Stats.Admitted = %d, want %d", st.Admitted, admitted)
 	}
 }
+
+// TestMergedKeyStaysMerged drives automatic sharding by hand on a clock
+// the test moves: a hot key is split, cools and is merged back, and then
+// stays as it is while it stays cool, however many holds pass: a key back
+// in its configured parts has nothing to merge, and moving it again to a
+// new generation would cost every instance a move for nothing.
+func TestMergedKeyStaysMerged(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Second})
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	limit := hybridlimit.PerSecond(100_000)
+	step := func() {
+		t.Helper()
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Reshard(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ {
+		if _, err := l.AllowN(ctx, "hot", limit, 1000); err != nil {
+			t.Fatal(err)
+		}
+		step()
+		if s, _ := l.Layout("hot"); s > 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the key was not split: %+v", l.Stats())
+		}
+	}
+	for i := 0; ; i++ { // cool: no demand
+		step()
+		if s, _ := l.Layout("hot"); s == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the key was not merged back: %+v", l.Stats())
+		}
+	}
+	_, gen := l.Layout("hot")
+	for range 50 { // five holds, cool
+		step()
+	}
+	if s, g := l.Layout("hot"); s != 1 || g != gen || l.Stats().Reshards != 2 {
+		t.Errorf("after five cool holds: layout %d.%d, %d reshards; want 1.%d, 2 (the split and the merge)", s, g, l.Stats().Reshards, gen)
+	}
+	marker, _, _ := l.Keys("hot")
+	if got, want := rdb.Get(ctx, marker).Val(), fmt.Sprintf("m1.%d", gen); got != want {
+		t.Errorf("configured bucket = %q, want the marker %q", got, want)
+	}
+}
