@@ -72,7 +72,10 @@ type Limiter struct {
 
 	heat   heat          // sync messages per key, for automatic sharding
 	moveMu stdsync.Mutex // one move to a new layout at a time
-	cool   coolness      // split keys' cooling, for automatic sharding
+	// pending holds the moves waiting for a message in flight, by key;
+	// guarded by moveMu.
+	pending map[string]layout
+	cool    coolness // split keys' cooling, for automatic sharding
 
 	tracked atomic.Int64 // entries in table
 	stats   counters

@@ -90,13 +90,16 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 		rate := float64(hot[key]) / window.Seconds() * live
 		since := l.cool.note(key, now, rate < l.cfg.auto.Below)
 		from := home.layout()
-		if since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
-			l.keepMarkers(ctx, key, *home.limit.Load(), from, now)
-			continue
-		}
 		limit := *home.limit.Load()
 		s, err := l.shardCount(key, limit)
 		if err != nil {
+			continue
+		}
+		// A key merged back has its configured parts already, under a
+		// later generation: it stays there, its markers kept, until it
+		// is hot again. Merging it again would only move it once more.
+		if from.shards == s || since.IsZero() || now.Sub(since) < l.cfg.auto.Hold {
+			l.keepMarkers(ctx, key, limit, from, now)
 			continue
 		}
 		l.cool.delete(key)
@@ -275,9 +278,43 @@ func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
 // that when it is handed back the new parts receive it. Moves come from
 // the replies of a round and from Reshard, which may run at once: moveMu
 // keeps them one at a time.
+//
+// While a message of an old entry is in flight the move waits: its reply
+// may bring tokens (a grant Redis made before the old part closed, or a
+// return the closed part refused, which the reply's total gives back), and
+// they must reach a live entry to move with the rest; an entry retired
+// under them would drop them, and the key would under-admit by as much.
+// The round that carries the message makes the move once its replies are
+// applied (movePending).
 func (l *Limiter) move(key string, to layout, now time.Time) {
 	l.moveMu.Lock()
 	defer l.moveMu.Unlock()
+	l.moveLocked(key, to, now)
+}
+
+// movePending makes the moves that waited for a round in flight. The
+// caller has applied that round's replies.
+func (l *Limiter) movePending(now time.Time) {
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	if len(l.pending) == 0 {
+		return
+	}
+	// In key order: a move numbers a new entry, so that a simulation in
+	// virtual time replays exactly.
+	for _, key := range slices.Sorted(maps.Keys(l.pending)) {
+		l.moveLocked(key, l.pending[key], now)
+	}
+}
+
+// moveLocked is move. The caller holds moveMu.
+func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
+	if p, ok := l.pending[key]; ok {
+		if p.gen > to.gen {
+			to = p // a later layout than the marker that called
+		}
+		delete(l.pending, key)
+	}
 	home := l.table.get(key)
 	if home == nil || home.dead.Load() {
 		return
@@ -286,18 +323,56 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 	if from == to || (from.gen != 0 && to.gen <= from.gen) {
 		return // already there, or a marker older than what we know
 	}
+	old := []*entry{home}
+	for j := range from.shards {
+		if j != int(home.shard) {
+			if e := l.parts.get(partName(key, j, from)); e != nil {
+				old = append(old, e)
+			}
+		}
+	}
+	// Locked together, in this order (only moves lock more than one entry,
+	// one move at a time), so that no round starts a message for one of
+	// them between the check for messages in flight and its retirement.
+	for _, e := range old {
+		e.mu.Lock()
+	}
+	unlock := func() {
+		for _, e := range old {
+			e.mu.Unlock()
+		}
+	}
+	if home.dead.Load() {
+		unlock()
+		return // the sweep evicted it meanwhile: a new entry will ask Redis
+	}
+	for _, e := range old {
+		if e.inflight {
+			unlock()
+			if l.pending == nil {
+				l.pending = make(map[string]layout)
+			}
+			l.pending[key] = to
+			return
+		}
+	}
 	limit := *home.limit.Load()
 	next := l.newEntry(key, key, limit, now, l.home(key, to.shards), to)
 	l.table.replace(home, next)
 	var carried int64
-	for j := range from.shards {
-		if j == int(home.shard) {
-			carried += retire(home)
-			l.stats.evictedAdmitted.Add(uint64(max(home.issued, 0)))
-		} else if e := l.parts.get(partName(key, j, from)); e != nil {
-			carried += l.drop(l.parts, e)
+	for _, e := range old {
+		took, killed := e.retire()
+		if !killed {
+			continue // evicted meanwhile by the sweep, which removes and counts it
+		}
+		carried += took
+		l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
+		if e != home {
+			l.parts.delete(e)
+			l.tracked.Add(-1)
 		}
 	}
+	unlock()
 	next.mu.Lock()
 	next.give(carried)
 	next.acked = carried // the base the new ledger starts from
@@ -309,28 +384,32 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 // drop removes e from t and retires it, counting what it admitted, and
 // returns the allowance it held unspent.
 func (l *Limiter) drop(t *table, e *entry) int64 {
+	e.mu.Lock()
+	took, killed := e.retire()
+	issued := e.issued
+	e.mu.Unlock()
+	if !killed {
+		return 0 // evicted meanwhile by the sweep, which removes and counts it
+	}
 	t.delete(e)
 	l.tracked.Add(-1)
-	took := retire(e)
-	l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
+	l.stats.evictedAdmitted.Add(uint64(max(issued, 0)))
 	return took
 }
 
 // retire takes all of e's unspent allowance and marks it dead, so that
-// decisions holding it look the key up again. It returns what it took: 0
-// for an entry the sweep evicted meanwhile, which held nothing.
-func retire(e *entry) int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var took int64
+// decisions holding it look the key up again. It returns what it took,
+// and whether it killed e: not if the sweep had evicted it, holding
+// nothing. The caller holds e.mu.
+func (e *entry) retire() (took int64, killed bool) {
+	if e.avail.Load() < evicted/2 {
+		e.dead.Store(true)
+		return 0, false
+	}
 	for {
-		if e.avail.Load() < evicted/2 {
-			e.dead.Store(true)
-			return took
-		}
 		took += e.take(e.avail.Load())
 		if e.evict() {
-			return took
+			return took, true
 		}
 		runtime.Gosched() // a decision is putting back a cost it could not pay
 	}

@@ -522,6 +522,7 @@ func (r *round) apply(now time.Time) {
 		// The part is closed: the key lives in the layout its marker names.
 		l.move(m.e.owner, layout{int(m.reply[5]), int(m.reply[6])}, now)
 	}
+	l.movePending(now)
 	l.stats.messages.Add(uint64(len(r.msgs)))
 }
 
