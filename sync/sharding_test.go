@@ -683,8 +683,8 @@ func TestMergedKeyStaysMerged(t *testing.T) {
 	if s, g := l.Layout("hot"); s != 1 || g != gen || l.Stats().Reshards != 2 {
 		t.Errorf("after five cool holds: layout %d.%d, %d reshards; want 1.%d, 2 (the split and the merge)", s, g, l.Stats().Reshards, gen)
 	}
-	marker, _, _ := l.Keys("hot")
-	if got, want := rdb.Get(ctx, marker).Val(), fmt.Sprintf("m1.%d", gen); got != want {
+	marker, _ := l.Keys("hot")
+	if got, want := rdb.HGet(ctx, marker, "t").Val(), fmt.Sprintf("m1.%d", gen); got != want {
 		t.Errorf("configured bucket = %q, want the marker %q", got, want)
 	}
 }
