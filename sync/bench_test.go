@@ -178,3 +178,75 @@ func BenchmarkLimiterDenyEmpty(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLimiterSteady measures what syncing costs an instance with
+// 100,000 active keys in steady state: every key sees rate decisions a
+// second, evenly paced, well under its limit; the clock moves a tick at a
+// time and the loop's round runs at each tick, as Start would run it. An
+// op is one sync interval (250 ms, the default); run at least 80 (20 s:
+// -benchtime 80x), since a quiet key tops up every few seconds. The
+// figures to read are round-ms/interval, the wall time of the loop's
+// rounds in an interval, and msgs/interval, which counts also the messages
+// of decisions that found their key without allowance and fetched.
+func BenchmarkLimiterSteady(b *testing.B) {
+	for _, rate := range []int{1, 10} {
+		b.Run("keys=100000/rate="+strconv.Itoa(rate), func(b *testing.B) {
+			const n = 100_000
+			c := redistest.Standalone(b)
+			clk := &fakeClock{}
+			clk.now.Store(time.Now().UnixNano())
+			const every = 250 * time.Millisecond
+			l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk),
+				hlsync.WithSyncInterval(every, 0.1), hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			limit := hybridlimit.PerSecond(1000)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = "user:" + strconv.Itoa(i)
+			}
+			ctx := context.Background()
+			const ticks = 4 // a tick is a quarter interval
+			tick := every / ticks
+			perTick := float64(rate) * tick.Seconds()
+			var step int64
+			// interval runs one sync interval: each tick, every key's
+			// decisions due by then (key i's are offset by i/n of a
+			// period), then the loop's round.
+			interval := func() (roundTime time.Duration) {
+				for range ticks {
+					step++
+					for i, key := range keys {
+						phase := float64(i) / n
+						due := int(float64(step)*perTick+phase) - int(float64(step-1)*perTick+phase)
+						for range due {
+							_, _ = l.Allow(ctx, key, limit)
+						}
+					}
+					clk.now.Add(int64(tick))
+					start := time.Now()
+					r := l.BeginRound()
+					if err := r.Send(ctx); err != nil {
+						b.Fatal(err)
+					}
+					r.Finish()
+					roundTime += time.Since(start)
+				}
+				return roundTime
+			}
+			for range 120 { // 30 s: past first fetches and lease growth
+				interval()
+			}
+			msgs := l.Stats().Messages
+			b.ResetTimer()
+			var rounds time.Duration
+			for range b.N {
+				rounds += interval()
+			}
+			b.ReportMetric(float64(rounds.Milliseconds())/float64(b.N), "round-ms/interval")
+			b.ReportMetric(float64(l.Stats().Messages-msgs)/float64(b.N), "msgs/interval")
+		})
+	}
+}

@@ -78,7 +78,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			// Nothing to say yet: look again when the allowance may run
 			// low. An entry that holds none waits for a decision to flag
 			// it instead.
-			l.sched.at(e, l.nanos(now.Add(l.nextInterval(e, partLimit(e)))))
+			l.sched.at(e, l.nanos(now.Add(l.quietFor(e, partLimit(e), now))))
 		}
 		if send {
 			if l.cfg.auto.Max > 0 {
@@ -138,22 +138,14 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	held := max(e.avail.Load(), 0)
 	want := e.waiting
-	// A split key's parts other than home serve only while home is dry
-	// (Redis said empty): then they lease as home would, else they fetch
-	// only what waits, so a split key costs each instance the messages of
-	// one part at a time, not of all.
-	serving := e.key == e.owner || l.homeDry(e.owner, now)
-	if !final && serving && time.Duration(t-e.usedAt) < l.idleHold() && !l.lowLimit(e, limit) {
-		lease := int64(math.Ceil(e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()))
-		want += max(lease, l.minLease(limit))
+	if !final {
+		want += l.lease(e, limit, now)
 	}
 	want = min(want, limit.Burst)
 	switch {
 	case held > 2*want || (want == 0 && held > 0):
 		e.take(held - want)
-	case e.waiting > 0 || held < want/2 || float64(held) < e.demand*1.5*l.cfg.interval.Seconds():
-		// Top up, but not for every token spent: a slow key holding its
-		// minimum lease syncs every few seconds, not every interval.
+	case e.waiting > 0 || float64(held) < l.lowMark(e, want):
 		if held < want {
 			m.value = e.issued + want - held
 			return m, true
@@ -161,6 +153,32 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	}
 	m.value = e.issued
 	return m, m.value != e.acked || e.unacked || !e.synced.Load() && e.waiting > 0
+}
+
+// lease returns what e holds ahead of demand in Reserve mode: its recent
+// demand over the lease lookahead, stretched while its bucket has room
+// (stretch), at least the minimum lease; nothing for a key idle past the
+// idle hold, under the low-limit rule, or a part of a split key that is
+// not serving. The caller holds e.mu.
+func (l *Limiter) lease(e *entry, limit hybridlimit.Limit, now time.Time) int64 {
+	// A split key's parts other than home serve only while home is dry
+	// (Redis said empty): then they lease as home would, else they fetch
+	// only what waits, so a split key costs each instance the messages of
+	// one part at a time, not of all.
+	serving := e.key == e.owner || l.homeDry(e.owner, now)
+	if !serving || time.Duration(l.nanos(now)-e.usedAt) >= l.idleHold() || l.lowLimit(e, limit) {
+		return 0
+	}
+	lease := e.demand * l.cfg.lookahead * l.cfg.interval.Seconds()
+	return max(int64(math.Ceil(lease*l.stretch(e, lease))), l.minLease(limit))
+}
+
+// lowMark is what e holds when it tops up to want: half of it, or an
+// interval and a half of demand if that is more. Topping up only then, not
+// for every token spent, is what lets a slow key holding its minimum lease
+// sync every few seconds rather than every interval.
+func (l *Limiter) lowMark(e *entry, want int64) float64 {
+	return max(float64(want/2), e.demand*1.5*l.cfg.interval.Seconds())
 }
 
 // homeDry reports whether the home part of split key is empty by Redis's
@@ -188,6 +206,28 @@ const (
 // key's burst, which bounds what idle instances keep from busy ones.
 func (l *Limiter) idleHold() time.Duration {
 	return max(idleHoldIntervals*l.cfg.interval, minIdleHold)
+}
+
+// maxStretch is how many times its lease a key may hold while its bucket
+// has room to spare (see stretch).
+const maxStretch = 64
+
+// stretch returns how many times lease e may hold: the largest power of
+// two, up to maxStretch, for which every live instance holding that many
+// leases would take at most a quarter of what the key's bucket held at its
+// last sync. A key far under its limit then tops up every few seconds
+// rather than every interval, which is most of what a round of an instance
+// with many such keys costs; as the bucket drains the factor falls back to
+// 1, and what a key holds beyond twice its lease goes back at its next
+// sync.
+func (l *Limiter) stretch(e *entry, lease float64) float64 {
+	room := float64(e.partLeft.Load()) / 4
+	all := lease * float64(max(l.live.Load(), 1))
+	s := 1.0
+	for s < maxStretch && 2*s*all <= room {
+		s *= 2
+	}
+	return s
 }
 
 // minLease returns what a key in use holds at least: maxMinLease tokens,
@@ -600,6 +640,40 @@ func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration 
 		d = max(min(d, l.cfg.interval/2), l.tick())
 	}
 	return time.Duration(float64(d) * l.jitter(uint64(e.epoch)^uint64(e.acked)))
+}
+
+// maxQuiet is the most sync intervals a Reserve entry with nothing to say
+// goes without a look (see quietFor); the timing wheel spans 16.
+const maxQuiet = 8
+
+// quietFor returns when to look again at e, which holds allowance and had
+// nothing to say: in Reserve mode, while its bucket is not low, half the
+// time its demand takes to bring it down to its low mark (its idle hold's
+// end for a key without demand), if that is more than nextInterval, up to
+// maxQuiet intervals; else nextInterval. Looking at every entry every
+// interval was most of what the rounds of an instance with 100,000 quiet
+// keys cost it; a key whose demand jumps meanwhile fetches when its
+// allowance runs out, as any key does. The caller holds e.mu.
+func (l *Limiter) quietFor(e *entry, limit hybridlimit.Limit, now time.Time) time.Duration {
+	d := l.nextInterval(e, limit)
+	if l.cfg.mode == Optimistic || e.partLeft.Load() < limit.Burst/10 {
+		return d
+	}
+	var q time.Duration
+	switch unused := time.Duration(l.nanos(now) - e.usedAt); {
+	case e.demand > 0:
+		left := float64(e.avail.Load()) - l.lowMark(e, min(l.lease(e, limit, now), limit.Burst))
+		q = time.Duration(left / e.demand / 4 * float64(time.Second))
+	case unused >= 2*l.cfg.interval:
+		// Unused for a while: the next thing to do is to hand its lease
+		// back when the idle hold ends. (A key just fetched has no
+		// demand measured yet, and is not quiet.)
+		q = l.idleHold() - unused
+	}
+	if q < 2*l.cfg.interval {
+		return d
+	}
+	return max(d, min(q, maxQuiet*l.cfg.interval))
 }
 
 // jitter returns a factor in [1-j, 1+j] for the configured jitter j, drawn

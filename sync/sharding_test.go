@@ -552,7 +552,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	clk := &fakeClock{}
 	clk.now.Store(time.Now().UnixNano())
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
 	// No low-limit rule: the frozen key leases ahead, so a round tops it
 	// up without a decision waiting for it.
 	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
@@ -589,11 +589,20 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 		admit(10)
 		step()
 	}
-	admit(10)
-	clk.now.Add(int64(100 * time.Millisecond))
-	r := l.BeginRound()
-	if r.Messages() != 1 {
-		t.Fatalf("round carries %d messages, want the key's top-up", r.Messages())
+	// Spend what the key holds, and let time pass until a round tops it
+	// up: a lease stretched while the bucket has room lasts many rounds,
+	// and the key is looked at again within maxQuiet intervals.
+	admit(l.Stats().Outstanding)
+	var r *hlsync.Round
+	for i := 0; ; i++ {
+		clk.now.Add(int64(100 * time.Millisecond))
+		if r = l.BeginRound(); r.Messages() == 1 {
+			break
+		}
+		r.Finish()
+		if i == 20 {
+			t.Fatalf("no round carries the key's top-up in 2s: %+v", l.Stats())
+		}
 	}
 	if err := r.Send(ctx); err != nil {
 		t.Fatal(err)
