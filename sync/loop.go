@@ -253,9 +253,18 @@ func (l *Limiter) Close(ctx context.Context) error {
 	for ran := false; !ran; {
 		err = l.exclusive(func() error {
 			ran = true
-			var all []*entry
-			l.each(func(e *entry) { all = append(all, e) })
-			return l.roundOf(ctx, all, true)
+			// A reply from a part another instance closed moves its key to
+			// the new layout, with what the old entries held: hand that
+			// back too, a few moves deep at most.
+			for range 4 {
+				moves := l.stats.moves.Load()
+				var all []*entry
+				l.each(func(e *entry) { all = append(all, e) })
+				if err := l.roundOf(ctx, all, true); err != nil || l.stats.moves.Load() == moves {
+					return err
+				}
+			}
+			return nil
 		})
 		if ctx.Err() != nil {
 			return fmt.Errorf("sync: close: %w", ctx.Err())

@@ -697,3 +697,81 @@ func TestMergedKeyStaysMerged(t *testing.T) {
 		t.Errorf("configured bucket = %q, want the marker %q", got, want)
 	}
 }
+
+// TestCloseAfterReshardHandsBackAll closes an instance whose key another
+// instance has just split: its final round returns its lease to the old
+// layout's bucket, now closed, whose reply sends the key to the new
+// layout with the lease; that lease must go back to the new parts too, not
+// stay with the closed limiter. What both admitted plus what the parts
+// hold is the budget.
+func TestCloseAfterReshardHandsBackAll(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
+	newLimiter := func(id string) *hlsync.Limiter {
+		l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID(id),
+			hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		return l
+	}
+	a, b := newLimiter("a"), newLimiter("b")
+	ctx := context.Background()
+	const budget = 3000
+	limit := frozen(budget)
+	var admitted int64
+	admit := func(l *hlsync.Limiter, cost int64) {
+		t.Helper()
+		r, err := l.AllowN(ctx, "hot", limit, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted += cost
+		}
+	}
+	admit(b, 1) // b leases ahead and keeps the rest
+	if b.Stats().Outstanding == 0 {
+		t.Fatal("b holds nothing: nothing to hand back")
+	}
+	if err := a.Reshard(ctx); err != nil { // opens the first check window
+		t.Fatal(err)
+	}
+	for range 12 { // a check window of a's messages: the key is hot
+		admit(a, 10)
+		if n := a.Stats().Outstanding; n > 0 {
+			admit(a, n) // spent: the next round tops up
+		}
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := a.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Reshard(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, gen := a.Layout("hot")
+	if s != 3 {
+		t.Fatalf("a's layout %d.%d: the key was not split", s, gen)
+	}
+	if s, _ := b.Layout("hot"); s != 1 {
+		t.Fatalf("b already on %d parts: it must learn of the split from its final round", s)
+	}
+	held := b.Stats().Outstanding
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := partsLeft(t, rdb, prefix, "hot", limit, s, gen)
+	t.Logf("admitted %d, b held %d at Close, left in the parts %v, of %d", admitted, held, left, budget)
+	if admitted+sum(left) != budget {
+		t.Errorf("admitted %d + left %v = %d, want the budget %d: a lease was lost at Close", admitted, left, admitted+sum(left), budget)
+	}
+}
