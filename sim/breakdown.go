@@ -94,12 +94,12 @@ func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 }
 
 // callerKey returns the simulator key index a Redis key belongs to: the
-// bucket of a hybrid key ("...}:b:k12") or the state of an exact one
-// ("...{k12}:tb"). Other keys (ledgers, allowances, presence) belong to
-// none, so that each message counts once.
+// bucket of a hybrid key ("...}:h:k12") or the state of an exact one
+// ("...{k12}:tb"). Other keys (allowances, presence) belong to none, so
+// that each message counts once.
 func callerKey(redisKey string) (int, bool) {
 	var name string
-	if i := strings.Index(redisKey, "}:b:"); i >= 0 {
+	if i := strings.Index(redisKey, "}:h:"); i >= 0 {
 		name = redisKey[i+4:]
 	} else if i, j := strings.IndexByte(redisKey, '{'), strings.IndexByte(redisKey, '}'); i >= 0 && j > i && strings.HasSuffix(redisKey, "}:tb") {
 		name = redisKey[i+1 : j]

@@ -13,9 +13,9 @@ func TestCallerKey(t *testing.T) {
 		key int
 		ok  bool
 	}{
-		{"sim:{s3.0}:b:k12", 12, true},
+		{"sim:{s3.0}:h:k12", 12, true},
 		{"sim:{k7}:tb", 7, true},
-		{"sim:{s3.0}:l:i1:k12", 0, false},
+		{"sim:{s3.0}:b:k12", 0, false},
 		{"sim:{s3.0}:a:k12", 0, false},
 		{"sim:{presence}:instances", 0, false},
 	}
@@ -31,8 +31,8 @@ func TestBreakdown(t *testing.T) {
 	r := Result{
 		PerKey: []KeyCount{{Key: 0, Demand: 500, Admitted: 200, Oracle: 200}, {Key: 1, Demand: 50, Admitted: 50, Oracle: 50}, {Key: 2, Demand: 1, Admitted: 1, Oracle: 1}},
 		Diag: Diagnostics{
-			KeyCommands: map[string][phases]int64{"sim:{s1.0}:b:k0": {3, 4, 0}, "sim:{s1.0}:l:i0:k0": {3, 4, 0}, "sim:{s2.0}:b:k2": {1, 0, 0}},
-			KeyMessages: map[string]MsgCounts{"sim:{s1.0}:b:k0": {PhaseRound: {MsgGrant: 2, MsgReturn: 1}}},
+			KeyCommands: map[string][phases]int64{"sim:{s1.0}:h:k0": {3, 4, 0}, "sim:{s1.0}:a:k0": {3, 4, 0}, "sim:{s2.0}:h:k2": {1, 0, 0}},
+			KeyMessages: map[string]MsgCounts{"sim:{s1.0}:h:k0": {PhaseRound: {MsgGrant: 2, MsgReturn: 1}}},
 		},
 	}
 	rows := Breakdown(r, limit, 2*time.Second) // the limit adds 200 tokens

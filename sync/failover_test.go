@@ -74,7 +74,9 @@ func TestFailover(t *testing.T) {
 			hlsync.WithFailurePolicy(hlsync.FailClosed),
 			// Leases ahead of demand, as a limit this high would use if it
 			// refilled: the frozen limit alone would fetch per decision.
-			hlsync.WithLowLimitThreshold(0))
+			// Not stretched: the bound below is a lease of k intervals,
+			// and the limiters keep syncing every interval.
+			hlsync.WithLowLimitThreshold(0), hlsync.WithLeaseStretch(1))
 		var next atomic.Int64
 		load := redistest.StartLoad(2*n, func(ctx context.Context) (bool, error) {
 			l := ls[next.Add(1)%n]

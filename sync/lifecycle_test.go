@@ -27,6 +27,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"negative wait":      hlsync.WithMaxWait(-time.Second),
 		"tiny round timeout": hlsync.WithRoundTimeout(time.Microsecond),
 		"NaN lookahead":      hlsync.WithLeaseLookahead(math.NaN()),
+		"zero stretch":       hlsync.WithLeaseStretch(0),
+		"huge stretch":       hlsync.WithLeaseStretch(1 << 20),
 		"zero groups":        hlsync.WithSlotGroups(0),
 		"zero max keys":      hlsync.WithMaxKeys(0),
 		"brace prefix":       hlsync.WithPrefix("a{b"),

@@ -223,7 +223,7 @@ func (l *Limiter) partKeys(key string, j int, at layout) (bucket, allowances str
 // than each entry keeping its own strings.
 func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [lua.SyncKeys]int) {
 	var ends [lua.SyncKeys]int
-	for i, kind := range [lua.SyncKeys]byte{'b', 'a'} {
+	for i, kind := range [lua.SyncKeys]byte{'h', 'a'} {
 		dst = l.ks.AppendTagged(dst, l.tags[g])
 		dst = append(dst, kind)
 		if at.shards > 1 || at.gen > 0 {

@@ -90,6 +90,7 @@ type config struct {
 	maxWait        time.Duration
 	roundTimeout   time.Duration
 	lookahead      float64
+	stretch        float64
 	groups         int
 	maxKeys        int
 	prefix         string
@@ -116,6 +117,7 @@ func defaults() config {
 		maxKeysPerCall: 256,
 		maxWait:        100 * time.Millisecond,
 		lookahead:      2,
+		stretch:        64,
 		groups:         64,
 		maxKeys:        1 << 20,
 		prefix:         hybridlimit.DefaultPrefix,
@@ -208,6 +210,25 @@ func WithLeaseLookahead(intervals float64) Option {
 			return fmt.Errorf("sync: lease lookahead %v is outside [0.5, 100]", intervals)
 		}
 		c.lookahead = intervals
+		return nil
+	})
+}
+
+// WithLeaseStretch caps how many times its lease (WithLeaseLookahead) a
+// Reserve key may hold while its bucket has room to spare (default 64; 1
+// turns stretching off): a power of two at most n, and never more than
+// lets every instance's stretched lease together stay within an eighth of
+// what the bucket holds. Stretched leases let a key far under its limit
+// sync every few seconds instead of every interval; the price is tokens
+// at stake in a failover that loses a round's writes (up to an eighth of
+// the burst, docs/design.md section 7) unless WithDurableSync is on.
+// Example: WithLeaseStretch(8).
+func WithLeaseStretch(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > 1024 {
+			return fmt.Errorf("sync: lease stretch %d is outside [1, 1024]", n)
+		}
+		c.stretch = float64(n)
 		return nil
 	})
 }

@@ -372,10 +372,16 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 			l.tracked.Add(-1)
 		}
 	}
+	// The key's demand does not change with its layout: measured afresh,
+	// it would start at nothing, and the allowance carried would look
+	// like excess and go back to the new home part at once, which holds
+	// only its share of the burst and may not take it all.
+	demand, usedAt := home.demand, home.usedAt
 	unlock()
 	next.mu.Lock()
 	next.give(carried)
 	next.acked = carried // the base the new ledger starts from
+	next.demand, next.usedAt = demand, usedAt
 	next.mu.Unlock()
 	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)

@@ -208,23 +208,19 @@ func (l *Limiter) idleHold() time.Duration {
 	return max(idleHoldIntervals*l.cfg.interval, minIdleHold)
 }
 
-// maxStretch is how many times its lease a key may hold while its bucket
-// has room to spare (see stretch).
-const maxStretch = 64
-
 // stretch returns how many times lease e may hold: the largest power of
-// two, up to maxStretch, for which every live instance holding that many
-// leases would take at most a quarter of what the key's bucket held at its
-// last sync. A key far under its limit then tops up every few seconds
-// rather than every interval, which is most of what a round of an instance
-// with many such keys costs; as the bucket drains the factor falls back to
-// 1, and what a key holds beyond twice its lease goes back at its next
-// sync.
+// two, up to WithLeaseStretch's cap, for which every live instance holding
+// that many leases would take at most an eighth of what the key's bucket
+// held at its last sync. A key far under its limit then tops up every few
+// seconds rather than every interval, which is most of what a round of an
+// instance with many such keys costs; as the bucket drains the factor
+// falls back to 1, and what a key holds beyond twice its lease goes back
+// at its next sync.
 func (l *Limiter) stretch(e *entry, lease float64) float64 {
-	room := float64(e.partLeft.Load()) / 4
+	room := float64(e.partLeft.Load()) / 8
 	all := lease * float64(max(l.live.Load(), 1))
 	s := 1.0
-	for s < maxStretch && 2*s*all <= room {
+	for 2*s <= l.cfg.stretch && 2*s*all <= room {
 		s *= 2
 	}
 	return s
