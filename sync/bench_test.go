@@ -250,3 +250,45 @@ func BenchmarkLimiterSteady(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisMemory measures what the hybrid limiter keeps in Redis per
+// key that 8 instances use: each instance decides once on each of 10,000
+// keys and closes, and the figure is Redis's used_memory grown, per key.
+// An op is the whole run.
+func BenchmarkRedisMemory(b *testing.B) {
+	c := redistest.Standalone(b)
+	ctx := context.Background()
+	used := func() int64 {
+		for _, line := range strings.Split(c.Info(ctx, "memory").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		b.Fatal("no used_memory in INFO memory")
+		return 0
+	}
+	const keys, instances = 10_000, 8
+	limit := hybridlimit.PerSecond(1000)
+	var perKey float64
+	for range b.N {
+		prefix := redistest.Prefix(b)
+		before := used()
+		for i := range instances {
+			l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("instance-"+strconv.Itoa(i)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k := range keys {
+				if _, err := l.Allow(ctx, "user:"+strconv.Itoa(k), limit); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := l.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perKey = float64(used()-before) / keys
+	}
+	b.ReportMetric(perKey, "redis-B/key")
+}
