@@ -70,6 +70,25 @@ type fakeClock struct{ now atomic.Int64 }
 
 func (c *fakeClock) Now() time.Time { return time.Unix(0, c.now.Load()) }
 
+// newFakeClock returns a clock at the present, for the test to move.
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.now.Store(time.Now().UnixNano())
+	return c
+}
+
+// clocked returns a limiter on rdb whose clock is clk, with no loop: the
+// test runs its rounds. It is closed when the test ends.
+func clocked(tb testing.TB, rdb hybridlimit.Redis, clk *fakeClock, opts ...hlsync.Option) *hlsync.Limiter {
+	tb.Helper()
+	l, err := hlsync.New(rdb, append([]hlsync.Option{hlsync.WithClock(clk)}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
 // BenchmarkLimiterSync measures one reconcile round of an instance with
 // many active keys: every key spent most of its lease since the last
 // round, so every key has a message. The figures to read are ms/round and
@@ -78,14 +97,9 @@ func BenchmarkLimiterSync(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
 			c := redistest.Standalone(b)
-			clk := &fakeClock{}
-			clk.now.Store(time.Now().UnixNano())
-			l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk),
+			clk := newFakeClock()
+			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close(context.Background())
 			limit := hybridlimit.PerSecond(1000)
 			keys := make([]string, n)
 			for i := range keys {
@@ -146,13 +160,8 @@ func BenchmarkLimiterSync(b *testing.B) {
 // decides for a key over its limit.
 func BenchmarkLimiterDenyEmpty(b *testing.B) {
 	c := redistest.Standalone(b)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
-	l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close(context.Background())
+	clk := newFakeClock()
+	l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)))
 	limit := hybridlimit.PerHour(100)
 	ctx := context.Background()
 	for i := 0; ; i++ {
@@ -193,15 +202,10 @@ func BenchmarkLimiterSteady(b *testing.B) {
 		b.Run("keys=100000/rate="+strconv.Itoa(rate), func(b *testing.B) {
 			const n = 100_000
 			c := redistest.Standalone(b)
-			clk := &fakeClock{}
-			clk.now.Store(time.Now().UnixNano())
+			clk := newFakeClock()
 			const every = 250 * time.Millisecond
-			l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)), hlsync.WithClock(clk),
+			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithSyncInterval(every, 0.1), hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close(context.Background())
 			limit := hybridlimit.PerSecond(1000)
 			keys := make([]string, n)
 			for i := range keys {

@@ -18,16 +18,10 @@ import (
 // out: no decision after the first waits for Redis.
 func TestQuietKeySyncsRarely(t *testing.T) {
 	redistest.NoLeaks(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := newFakeClock()
 	const interval = 250 * time.Millisecond
-	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
-		hlsync.WithSyncInterval(interval, 0.1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(interval, 0.1))
 	ctx := context.Background()
-	t.Cleanup(func() { _ = l.Close(ctx) })
 	limit := hybridlimit.PerSecond(1000)
 	const seconds = 120
 	for tick := range seconds * 4 {

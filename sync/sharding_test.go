@@ -380,15 +380,9 @@ func sumArr(v []int64) (s int64) {
 func TestSplitKeyMarkersRenewed(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := newFakeClock()
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
-		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000) // markers live 10 minutes: twice its refill time is less
 	step := func(d time.Duration) {
@@ -550,18 +544,13 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := newFakeClock()
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
 	// No low-limit rule: the frozen key leases ahead, so a round tops it
 	// up without a decision waiting for it.
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("a"),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	t.Cleanup(func() { _ = l.Close(ctx) })
 	const budget = 3000
 	limit := frozen(budget)
 	var admitted int64
@@ -643,15 +632,9 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 func TestMergedKeyStaysMerged(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := newFakeClock()
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Second})
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
-		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000)
 	step := func() {
@@ -708,17 +691,11 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := newFakeClock()
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
 	newLimiter := func(id string) *hlsync.Limiter {
-		l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID(id),
+		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
 			hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		return l
 	}
 	a, b := newLimiter("a"), newLimiter("b")
 	ctx := context.Background()
