@@ -484,17 +484,8 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	t.Cleanup(func() { _ = a.Close(ctx); _ = b.Close(ctx) })
 	const budget = 3000
 	limit := frozen(budget)
-	var admitted int64
-	decide := func(l *hlsync.Limiter, cost int64) {
-		t.Helper()
-		r, err := l.AllowN(ctx, "hot", limit, cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Allowed {
-			admitted += cost
-		}
-	}
+	spent := &spender{t: t, key: "hot", limit: limit}
+	decide := spent.admit
 	for i := 0; ; i++ {
 		decide(a, 10)
 		clk.now.Add(int64(100 * time.Millisecond))
@@ -512,7 +503,7 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 			t.Fatalf("the key was not split: %+v", a.Stats())
 		}
 	}
-	before := admitted
+	before := spent.admitted
 	// Both instances ask for everything that might be left.
 	for range 400 {
 		decide(a, 10)
@@ -525,11 +516,11 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	if sb, gb := b.Layout("hot"); sb != sa || gb != ga {
 		t.Errorf("instance b on layout %d.%d, a on %d.%d: b did not follow the marker", sb, gb, sa, ga)
 	}
-	t.Logf("admitted %d before the split, %d in all, of a budget of %d", before, admitted, budget)
-	if admitted > budget {
-		t.Fatalf("admitted %d, more than the budget %d", admitted, budget)
+	t.Logf("admitted %d before the split, %d in all, of a budget of %d", before, spent.admitted, budget)
+	if spent.admitted > budget {
+		t.Fatalf("admitted %d, more than the budget %d", spent.admitted, budget)
 	}
-	if admitted == budget {
+	if spent.admitted == budget {
 		t.Errorf("admitted the whole budget: the interrupted move lost nothing, so the test did not interrupt it")
 	}
 }
@@ -553,17 +544,8 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	ctx := context.Background()
 	const budget = 3000
 	limit := frozen(budget)
-	var admitted int64
-	admit := func(cost int64) {
-		t.Helper()
-		r, err := l.AllowN(ctx, "hot", limit, cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Allowed {
-			admitted += cost
-		}
-	}
+	spent := &spender{t: t, key: "hot", limit: limit}
+	admit := func(cost int64) { spent.admit(l, cost) }
 	step := func() {
 		t.Helper()
 		clk.now.Add(int64(100 * time.Millisecond))
@@ -615,12 +597,12 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := partsLeft(t, rdb, prefix, "hot", limit, s, gen)
-	t.Logf("admitted %d (Stats %d), left in the parts %v, of %d", admitted, st.Admitted, left, budget)
-	if admitted+sum(left) != budget {
-		t.Errorf("admitted %d + left %v = %d, want the budget %d: tokens lost in the move", admitted, left, admitted+sum(left), budget)
+	t.Logf("admitted %d (Stats %d), left in the parts %v, of %d", spent.admitted, st.Admitted, left, budget)
+	if spent.admitted+sum(left) != budget {
+		t.Errorf("admitted %d + left %v = %d, want the budget %d: tokens lost in the move", spent.admitted, left, spent.admitted+sum(left), budget)
 	}
-	if st.Admitted != uint64(admitted) {
-		t.Errorf("Stats.Admitted = %d, want %d", st.Admitted, admitted)
+	if st.Admitted != uint64(spent.admitted) {
+		t.Errorf("Stats.Admitted = %d, want %d", st.Admitted, spent.admitted)
 	}
 }
 
@@ -701,17 +683,8 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	ctx := context.Background()
 	const budget = 3000
 	limit := frozen(budget)
-	var admitted int64
-	admit := func(l *hlsync.Limiter, cost int64) {
-		t.Helper()
-		r, err := l.AllowN(ctx, "hot", limit, cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Allowed {
-			admitted += cost
-		}
-	}
+	spent := &spender{t: t, key: "hot", limit: limit}
+	admit := spent.admit
 	admit(b, 1) // b leases ahead and keeps the rest
 	if b.Stats().Outstanding == 0 {
 		t.Fatal("b holds nothing: nothing to hand back")
@@ -747,8 +720,29 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := partsLeft(t, rdb, prefix, "hot", limit, s, gen)
-	t.Logf("admitted %d, b held %d at Close, left in the parts %v, of %d", admitted, held, left, budget)
-	if admitted+sum(left) != budget {
-		t.Errorf("admitted %d + left %v = %d, want the budget %d: a lease was lost at Close", admitted, left, admitted+sum(left), budget)
+	t.Logf("admitted %d, b held %d at Close, left in the parts %v, of %d", spent.admitted, held, left, budget)
+	if spent.admitted+sum(left) != budget {
+		t.Errorf("admitted %d + left %v = %d, want the budget %d: a lease was lost at Close", spent.admitted, left, spent.admitted+sum(left), budget)
+	}
+}
+
+// spender makes decisions on one key for a test that counts what they
+// admit against a budget.
+type spender struct {
+	t        *testing.T
+	key      string
+	limit    hybridlimit.Limit
+	admitted int64
+}
+
+// admit asks l for cost and counts it if admitted.
+func (s *spender) admit(l *hlsync.Limiter, cost int64) {
+	s.t.Helper()
+	r, err := l.AllowN(context.Background(), s.key, s.limit, cost)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if r.Allowed {
+		s.admitted += cost
 	}
 }
