@@ -643,13 +643,13 @@ func (l *Limiter) nextInterval(e *entry, limit hybridlimit.Limit) time.Duration 
 const maxQuiet = 8
 
 // quietFor returns when to look again at e, which holds allowance and had
-// nothing to say: in Reserve mode, while its bucket is not low, half the
-// time its demand takes to bring it down to its low mark (its idle hold's
-// end for a key without demand), if that is more than nextInterval, up to
-// maxQuiet intervals; else nextInterval. Looking at every entry every
-// interval was most of what the rounds of an instance with 100,000 quiet
-// keys cost it; a key whose demand jumps meanwhile fetches when its
-// allowance runs out, as any key does. The caller holds e.mu.
+// nothing to say: in Reserve mode, while its bucket is not low, a quarter
+// of the time its demand takes to bring it down to its low mark (for a key
+// unused for two intervals, its idle hold's end), if that is at least two
+// intervals, up to maxQuiet intervals; else nextInterval. Looking at every
+// entry every interval was much of what the rounds of an instance with
+// 100,000 quiet keys cost it; a key whose demand jumps meanwhile fetches
+// when its allowance runs out, as any key does. The caller holds e.mu.
 func (l *Limiter) quietFor(e *entry, limit hybridlimit.Limit, now time.Time) time.Duration {
 	d := l.nextInterval(e, limit)
 	if l.cfg.mode == Optimistic || e.partLeft.Load() < limit.Burst/10 {
