@@ -378,13 +378,52 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 	// only its share of the burst and may not take it all.
 	demand, usedAt := home.demand, home.usedAt
 	unlock()
+	// What is carried goes to the new parts in proportion to their bursts,
+	// each share held by this instance's entry of that part with the
+	// share as its ledger's base: a part holds only its share of the
+	// burst, and one taking all of it back could overflow and lose the
+	// excess. A part other than home hands its share back at its first
+	// sync, unless a decision spends it first.
+	shares := spread(carried, limit, to.shards)
+	j0 := int(next.shard)
+	for j, c := range shares {
+		if j == j0 || c == 0 {
+			continue
+		}
+		if p := l.carrier(key, limit, now, j, to); p != nil {
+			p.mu.Lock()
+			p.give(c)
+			p.acked = c
+			p.mu.Unlock()
+			l.sched.at(p, l.nanos(now))
+		} else {
+			shares[j0] += c
+		}
+	}
 	next.mu.Lock()
-	next.give(carried)
-	next.acked = carried // the base the new ledger starts from
+	next.give(shares[j0])
+	next.acked = shares[j0] // the base the new ledger starts from
 	next.demand, next.usedAt = demand, usedAt
 	next.mu.Unlock()
 	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)
+}
+
+// carrier returns a new entry for part j of key in layout at, to hold a
+// share of what a move carries, or nil if the entry exists already (its
+// ledger has a total the share would not be part of) or the limiter
+// tracks all the keys it may.
+func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j int, at layout) *entry {
+	if l.tracked.Load() >= int64(l.cfg.maxKeys) {
+		return nil
+	}
+	name := partName(key, j, at)
+	p, created := l.parts.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, at) })
+	if !created {
+		return nil
+	}
+	l.tracked.Add(1)
+	return p
 }
 
 // drop removes e from t and retires it, counting what it admitted, and

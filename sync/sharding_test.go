@@ -746,3 +746,54 @@ func (s *spender) admit(l *hlsync.Limiter, cost int64) {
 		s.admitted += cost
 	}
 }
+
+// TestSplitLeaseReturnsToAllParts splits a key while this instance holds a
+// large lease of it, then closes: the lease moves to the new layout and
+// goes back at Close. One part holds only its share of the burst, so the
+// lease must go back to all parts in proportion, or the part it lands in
+// overflows and the excess is lost. What was admitted plus what the parts
+// hold is the budget.
+func TestSplitLeaseReturnsToAllParts(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock()
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0),
+		hlsync.WithLowLimitThreshold(0), auto)
+	ctx := context.Background()
+	const budget = 3000
+	limit := frozen(budget)
+	spent := &spender{t: t, key: "hot", limit: limit}
+	if err := l.Reshard(ctx); err != nil { // opens the first check window
+		t.Fatal(err)
+	}
+	for range 12 { // a check window at a steady demand, far under the budget
+		spent.admit(l, 10)
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := l.Stats().Outstanding
+	if err := l.Reshard(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, gen := l.Layout("hot")
+	if s != 3 {
+		t.Fatalf("layout %d.%d: the key was not split", s, gen)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := partsLeft(t, rdb, prefix, "hot", limit, s, gen)
+	t.Logf("admitted %d, %d held at the split, left in the parts %v, of %d", spent.admitted, held, left, budget)
+	// One part's room after the split: its third of the budget less its
+	// third of what the whole bucket held.
+	if room := (spent.admitted + held) / 3; held <= room {
+		t.Fatalf("held %d at the split: too little to overflow one part, the test proves nothing", held)
+	}
+	if spent.admitted+sum(left) != budget {
+		t.Errorf("admitted %d + left %v = %d, want the budget %d: the lease overflowed its part", spent.admitted, left, spent.admitted+sum(left), budget)
+	}
+}
