@@ -84,7 +84,8 @@ local lifetime = int_arg(5)
 local lfield = 'l:' .. id
 local reply = {}
 
--- Ledgers a bucket may hold before a newcomer looks for stale ones.
+-- Fields (the bucket, its expiry, ledgers) a bucket may hold before a
+-- newcomer looks for stale ledgers.
 local prune_above = 16
 
 -- share returns this instance's allowance under a budget, recording it:

@@ -385,28 +385,8 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000) // markers live 10 minutes: twice its refill time is less
-	step := func(d time.Duration) {
-		t.Helper()
-		clk.now.Add(int64(d))
-		if err := l.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Reshard(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 0; ; i++ {
-		if _, err := l.AllowN(ctx, "hot", limit, 1000); err != nil {
-			t.Fatal(err)
-		}
-		step(100 * time.Millisecond)
-		if s, _ := l.Layout("hot"); s > 1 {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("the key was not split: %+v", l.Stats())
-		}
-	}
+	step := stepper(t, l, clk)
+	splitByHand(t, l, step, limit)
 	s, gen := l.Layout("hot")
 	marker, _ := l.Keys("hot") // the configured layout: the whole key's bucket
 	want := fmt.Sprintf("m%d.%d", s, gen)
@@ -619,30 +599,10 @@ func TestMergedKeyStaysMerged(t *testing.T) {
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000)
-	step := func() {
-		t.Helper()
-		clk.now.Add(int64(100 * time.Millisecond))
-		if err := l.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Reshard(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 0; ; i++ {
-		if _, err := l.AllowN(ctx, "hot", limit, 1000); err != nil {
-			t.Fatal(err)
-		}
-		step()
-		if s, _ := l.Layout("hot"); s > 1 {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("the key was not split: %+v", l.Stats())
-		}
-	}
+	step := stepper(t, l, clk)
+	splitByHand(t, l, step, limit)
 	for i := 0; ; i++ { // cool: no demand
-		step()
+		step(100 * time.Millisecond)
 		if s, _ := l.Layout("hot"); s == 1 {
 			break
 		}
@@ -652,7 +612,7 @@ func TestMergedKeyStaysMerged(t *testing.T) {
 	}
 	_, gen := l.Layout("hot")
 	for range 50 { // five holds, cool
-		step()
+		step(100 * time.Millisecond)
 	}
 	if s, g := l.Layout("hot"); s != 1 || g != gen || l.Stats().Reshards != 2 {
 		t.Errorf("after five cool holds: layout %d.%d, %d reshards; want 1.%d, 2 (the split and the merge)", s, g, l.Stats().Reshards, gen)
@@ -795,5 +755,38 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 	}
 	if spent.admitted+sum(left) != budget {
 		t.Errorf("admitted %d + left %v = %d, want the budget %d: the lease overflowed its part", spent.admitted, left, spent.admitted+sum(left), budget)
+	}
+}
+
+// stepper returns a function that moves clk by d and runs l's round and
+// automatic sharding, as the loop would.
+func stepper(t *testing.T, l *hlsync.Limiter, clk *fakeClock) func(d time.Duration) {
+	return func(d time.Duration) {
+		t.Helper()
+		clk.now.Add(int64(d))
+		if err := l.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Reshard(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// splitByHand spends 1000 tokens of key "hot" every 100ms step until l
+// splits it, or fails the test after 100 steps.
+func splitByHand(t *testing.T, l *hlsync.Limiter, step func(time.Duration), limit hybridlimit.Limit) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if _, err := l.AllowN(context.Background(), "hot", limit, 1000); err != nil {
+			t.Fatal(err)
+		}
+		step(100 * time.Millisecond)
+		if s, _ := l.Layout("hot"); s > 1 {
+			return
+		}
+		if i == 100 {
+			t.Fatalf("the key was not split: %+v", l.Stats())
+		}
 	}
 }
