@@ -43,10 +43,9 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
-		if n := e.avail.Add(-cost); n >= 0 {
+		if n := e.spend(cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil
 		}
-		e.avail.Add(cost)
 		if e.dead.Load() {
 			continue
 		}
@@ -139,10 +138,9 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 		if err != nil {
 			continue // table full: make do with the parts there are
 		}
-		if n := p.avail.Add(-cost); n >= 0 {
+		if n := p.spend(cost); n >= 0 {
 			return nil, l.admitted(p, limit, n, src), true
 		}
-		p.avail.Add(cost)
 		parts[j] = p
 	}
 	open := func(p *entry) bool { return p != nil && p.denyUntil.Load() <= t }
@@ -299,11 +297,11 @@ func (l *Limiter) sumParts(e *entry) {
 
 // flag asks for an early sync of e, adding cost to what it waits for.
 func (l *Limiter) flag(e *entry, cost int64) {
-	e.mu.Lock()
+	l.lock(e)
 	e.waiting += cost
 	already := e.flagged
 	e.flagged = true
-	e.mu.Unlock()
+	l.unlock(e)
 	if !already {
 		l.flagMu.Lock()
 		l.flagged = append(l.flagged, e)

@@ -30,9 +30,10 @@ type entry struct {
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
 	remaining  atomic.Int64                      // global tokens left as of the last sync, summed over the parts of a split key
 	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
+	stripes    atomic.Pointer[stripes]           // a hot key's allowance spread over one counter per CPU, or nil
 	dead       atomic.Bool                       // evicted or replaced; look the key up again
 	synced     atomic.Bool                       // Redis has answered for this entry at least once
-	_          [14]byte
+	_          [6]byte
 
 	hash      uint64
 	owner     string       // the caller's key; key is the table's name for it
@@ -79,8 +80,30 @@ func (e *entry) consumed() int64 {
 
 // give adds n tokens to the local allowance. The caller holds e.mu.
 func (e *entry) give(n int64) {
-	e.avail.Add(n)
+	e.deposit(n)
 	e.issued += n
+}
+
+// deposit adds n to avail once no decision is putting back a cost it
+// could not pay (see deposit).
+func (e *entry) deposit(n int64) { deposit(&e.avail, n) }
+
+// deposit adds n to a counter decisions spend from, once none is putting
+// back a cost it could not pay: added during such a moment, n would hide
+// the dip below zero by which a reader knows to wait for the cost to come
+// back, and the reader would count it as spent. An evicted entry's avail,
+// far below zero for good, takes n at once.
+func deposit(c *atomic.Int64, n int64) {
+	for {
+		a := c.Load()
+		if a < 0 && a >= evicted/2 {
+			runtime.Gosched()
+			continue
+		}
+		if c.CompareAndSwap(a, a+n) {
+			return
+		}
+	}
 }
 
 // take removes up to n unspent tokens from the local allowance and returns

@@ -51,7 +51,8 @@ func TestEntryLayout(t *testing.T) {
 	}
 	for name, end := range map[string]uintptr{
 		"limit": unsafe.Offsetof(e.limit) + 8, "remaining": unsafe.Offsetof(e.remaining) + 8,
-		"resetAfter": unsafe.Offsetof(e.resetAfter) + 8, "dead": unsafe.Offsetof(e.dead) + 1,
+		"resetAfter": unsafe.Offsetof(e.resetAfter) + 8, "stripes": unsafe.Offsetof(e.stripes) + 8,
+		"dead": unsafe.Offsetof(e.dead) + 1,
 	} {
 		if end > 128 {
 			t.Errorf("%s ends at %d, outside the second cache line", name, end)

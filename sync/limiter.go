@@ -347,7 +347,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 // policy turns them into decisions, counted in Stats.
 func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 {
-		if n := e.avail.Add(-cost); n >= 0 {
+		if n := e.spend(cost); n >= 0 {
 			return hybridlimit.Result{
 				Limit:      limit,
 				Allowed:    true,
@@ -356,7 +356,6 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 				ResetAfter: time.Duration(e.resetAfter.Load()),
 			}, nil
 		}
-		e.avail.Add(cost)
 		if e.denyUntil.Load() != 0 {
 			if r, ok := l.stillEmpty(e, now, limit, cost); ok {
 				return r, nil

@@ -137,13 +137,21 @@ func TestReserveNeverExceedsBudget(t *testing.T) {
 			return func() hybridlimit.Redis { return c.Client(t) }
 		}},
 	} {
-		for _, interval := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second} {
-			t.Run(fmt.Sprintf("%s/interval=%v", tc.name, interval), func(t *testing.T) {
+		for _, run := range []struct {
+			interval time.Duration
+			striped  bool // every key's allowance spread over per-CPU counters
+		}{{50 * time.Millisecond, false}, {200 * time.Millisecond, false}, {time.Second, false}, {200 * time.Millisecond, true}} {
+			interval := run.interval
+			t.Run(fmt.Sprintf("%s/interval=%v/striped=%v", tc.name, interval, run.striped), func(t *testing.T) {
 				newClient := tc.rdb(t)
 				prefix := redistest.Prefix(t)
 				const burst = 3000
 				limit := frozen(burst)
-				ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(interval, 0.1))
+				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(interval, 0.1)}
+				if run.striped {
+					opts = append(opts, hlsync.WithStripeDemand(0))
+				}
+				ls := newLimiters(t, 4, newClient, opts...)
 				admitted, err := hammer(ls, 8, "hot", limit, burst, 2*interval)
 				if err != nil {
 					t.Fatal(err)
@@ -201,16 +209,18 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 	redistest.NoLeaks(t)
 	const burst, n = 4000, 4
 	for _, tc := range []struct {
-		name   string
-		budget float64 // < 0: none
-		bound  int64
+		name    string
+		budget  float64 // < 0: none
+		bound   int64
+		striped bool // every key's allowance spread over per-CPU counters
 	}{
 		// Without a budget each instance may spend all it last saw remain.
-		{"no-budget", -1, n * burst},
+		{"no-budget", -1, n * burst, false},
 		// With budget f, the instances share what remains and each adds
 		// f x burst / n: together at most f x burst over per round, and a
 		// frozen bucket has one round with anything left.
-		{"budget=0.05", 0.05, burst + burst*5/100 + n},
+		{"budget=0.05", 0.05, burst + burst*5/100 + n, false},
+		{"budget=0.05/striped", 0.05, burst + burst*5/100 + n, true},
 	} {
 		for _, cluster := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/cluster=%v", tc.name, cluster), func(t *testing.T) {
@@ -219,6 +229,9 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithMode(hlsync.Optimistic), hlsync.WithSyncInterval(50*time.Millisecond, 0.1)}
 				if tc.budget >= 0 {
 					opts = append(opts, hlsync.WithOvershootBudget(tc.budget))
+				}
+				if tc.striped {
+					opts = append(opts, hlsync.WithStripeDemand(0))
 				}
 				ls := newLimiters(t, n, newClient, opts...)
 				for _, l := range ls { // let presence count the instances

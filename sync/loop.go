@@ -157,16 +157,16 @@ func (l *Limiter) sweep(now time.Time) []*entry {
 func (l *Limiter) evictIdle(now time.Time) {
 	var idle []*entry
 	l.each(func(e *entry) {
-		e.mu.Lock()
+		l.lock(e)
 		if l.idle(now, e) {
 			idle = append(idle, e)
 		}
-		e.mu.Unlock()
+		l.unlock(e)
 	})
 	for _, e := range idle {
-		e.mu.Lock()
+		l.lock(e)
 		gone := l.idle(now, e) && e.evict()
-		e.mu.Unlock()
+		l.unlock(e)
 		if gone {
 			l.tableOf(e).delete(e)
 			l.tracked.Add(-1)

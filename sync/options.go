@@ -91,6 +91,7 @@ type config struct {
 	roundTimeout   time.Duration
 	lookahead      float64
 	stretch        float64
+	stripeDemand   float64
 	groups         int
 	maxKeys        int
 	prefix         string
@@ -118,6 +119,7 @@ func defaults() config {
 		maxWait:        100 * time.Millisecond,
 		lookahead:      2,
 		stretch:        64,
+		stripeDemand:   100_000,
 		groups:         64,
 		maxKeys:        1 << 20,
 		prefix:         hybridlimit.DefaultPrefix,
@@ -229,6 +231,24 @@ func WithLeaseStretch(n int) Option {
 			return fmt.Errorf("sync: lease stretch %d is outside [1, 1024]", n)
 		}
 		c.stretch = float64(n)
+		return nil
+	})
+}
+
+// WithStripeDemand sets the demand, in tokens a second on this instance,
+// above which a key's local allowance is spread over one counter per CPU
+// (default 100,000; 0 spreads every key's, +Inf none). Decisions on one
+// key from several CPUs at once contend for the cache line of its
+// counter, which costs a hot key's decisions more than everything else
+// they do; with a counter per CPU each decision writes a line its CPU
+// holds. A spread key's allowance is gathered back whenever a round
+// reads it, so accounting is unchanged. Example: WithStripeDemand(1e6).
+func WithStripeDemand(d float64) Option {
+	return optionFunc(func(c *config) error {
+		if !(d >= 0) {
+			return fmt.Errorf("sync: stripe demand %v is not a number of tokens a second >= 0", d)
+		}
+		c.stripeDemand = d
 		return nil
 	})
 }

@@ -335,11 +335,11 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 	// one move at a time), so that no round starts a message for one of
 	// them between the check for messages in flight and its retirement.
 	for _, e := range old {
-		e.mu.Lock()
+		l.lock(e)
 	}
 	unlock := func() {
 		for _, e := range old {
-			e.mu.Unlock()
+			l.unlock(e)
 		}
 	}
 	if home.dead.Load() {
@@ -391,20 +391,20 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 			continue
 		}
 		if p := l.carrier(key, limit, now, j, to); p != nil {
-			p.mu.Lock()
+			l.lock(p)
 			p.give(c)
 			p.acked = c
-			p.mu.Unlock()
+			l.unlock(p)
 			l.sched.at(p, l.nanos(now))
 		} else {
 			shares[j0] += c
 		}
 	}
-	next.mu.Lock()
+	l.lock(next)
 	next.give(shares[j0])
 	next.acked = shares[j0] // the base the new ledger starts from
 	next.demand, next.usedAt = demand, usedAt
-	next.mu.Unlock()
+	l.unlock(next)
 	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)
 }
@@ -429,10 +429,10 @@ func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j 
 // drop removes e from t and retires it, counting what it admitted, and
 // returns the allowance it held unspent.
 func (l *Limiter) drop(t *table, e *entry) int64 {
-	e.mu.Lock()
+	l.lock(e)
 	took, killed := e.retire()
 	issued := e.issued
-	e.mu.Unlock()
+	l.unlock(e)
 	if !killed {
 		return 0 // evicted meanwhile by the sweep, which removes and counts it
 	}

@@ -61,10 +61,10 @@ func (l *Limiter) roundOf(ctx context.Context, entries []*entry, final bool) err
 func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 	r := &round{l: l, msgs: make([]message, 0, len(entries))}
 	for _, e := range entries {
-		e.mu.Lock()
+		l.lock(e)
 		if e.inflight || e.dead.Load() {
 			e.flagged = false
-			e.mu.Unlock()
+			l.unlock(e)
 			continue
 		}
 		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && time.Duration(l.nanos(now)-e.grantAt) >= l.allowanceLife()/2 {
@@ -90,7 +90,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			e.sentAt = l.nanos(now)
 			r.msgs = append(r.msgs, m)
 		}
-		e.mu.Unlock()
+		l.unlock(e)
 	}
 	return r
 }
@@ -537,7 +537,7 @@ func (r *round) apply(now time.Time) {
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		e := m.e
-		e.mu.Lock()
+		l.lock(e)
 		e.inflight = false
 		e.unacked = !m.ok
 		next := l.nanos(now) // no reply: say it again next tick
@@ -548,7 +548,7 @@ func (r *round) apply(now time.Time) {
 			}
 			next = e.nextSync
 		}
-		e.mu.Unlock()
+		l.unlock(e)
 		l.sched.at(e, next)
 	}
 	// In key order: a move numbers a new entry, so that a simulation in

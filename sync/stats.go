@@ -99,9 +99,9 @@ func (l *Limiter) Stats() Stats {
 	c := &l.stats
 	admitted, outstanding, split := c.evictedAdmitted.Load(), int64(0), int64(0)
 	l.each(func(e *entry) {
-		e.mu.Lock()
+		l.lock(e)
 		held, consumed := e.snapshot()
-		e.mu.Unlock()
+		l.unlock(e)
 		admitted += uint64(consumed)
 		outstanding += held
 		if e.shards > 1 && e.key == e.owner {

@@ -1,0 +1,119 @@
+package sync
+
+import (
+	"runtime"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestStripesKeepEveryToken spends a spread allowance from several
+// goroutines while another plays the rounds: it gathers, reads the
+// consumption, hands more out or takes some back, and scatters again. The
+// consumption a round reads must never fall, and at the end must equal
+// what the spenders took, with what is held making up the rest of what was
+// issued.
+func TestStripesKeepEveryToken(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: nothing is spread")
+	}
+	l := &Limiter{cfg: defaults()}
+	l.cfg.stripeDemand = 0
+	var e entry
+	l.lock(&e)
+	e.give(1000)
+	l.unlock(&e)
+	if e.stripes.Load() == nil {
+		t.Fatal("no stripes at stripe demand 0")
+	}
+	var spent atomic.Int64
+	stop := make(chan struct{})
+	var wg stdsync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if e.spend(2) >= 0 {
+					spent.Add(2)
+				}
+			}
+		})
+	}
+	var last int64
+	for i := range 10000 {
+		l.lock(&e)
+		held, consumed := e.snapshot()
+		if consumed < last {
+			t.Errorf("round %d: consumed fell from %d to %d", i, last, consumed)
+		}
+		last = consumed
+		switch i % 3 {
+		case 0:
+			e.give(50)
+		case 1:
+			e.take(held / 2)
+		default:
+			e.settle(func(int64) int64 { return held + 7 })
+		}
+		l.unlock(&e)
+	}
+	close(stop)
+	wg.Wait()
+	l.lock(&e)
+	held, consumed := e.snapshot()
+	l.unlock(&e)
+	if consumed != spent.Load() {
+		t.Errorf("consumed %d, spenders took %d", consumed, spent.Load())
+	}
+	if held+consumed != e.issued {
+		t.Errorf("held %d + consumed %d != issued %d", held, consumed, e.issued)
+	}
+}
+
+// TestStripesSpendEverything checks that a spread allowance is all there
+// for a single spender: whatever its P, it steals from the others' counters
+// and then from avail before it reports the allowance spent.
+func TestStripesSpendEverything(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: nothing is spread")
+	}
+	l := &Limiter{cfg: defaults()}
+	l.cfg.stripeDemand = 0
+	var e entry
+	l.lock(&e)
+	e.give(101)
+	l.unlock(&e)
+	if a := e.avail.Load(); a == 101 {
+		t.Fatalf("avail %d: nothing was spread", a)
+	}
+	n := 0
+	for e.spend(1) >= 0 {
+		n++
+	}
+	if n != 101 {
+		t.Errorf("spent %d of 101", n)
+	}
+}
+
+// TestStripesLeaveEvictedAlone checks that an evicted entry is not spread
+// again, so that its marker in avail keeps every decision off it.
+func TestStripesLeaveEvictedAlone(t *testing.T) {
+	l := &Limiter{cfg: defaults()}
+	l.cfg.stripeDemand = 0
+	var e entry
+	l.lock(&e)
+	if !e.evict() {
+		t.Fatal("evict failed on an empty entry")
+	}
+	l.unlock(&e)
+	if e.spend(1) >= 0 {
+		t.Error("an evicted entry admitted a decision")
+	}
+	if e.stripes.Load() != nil {
+		t.Error("an evicted entry was given stripes")
+	}
+}
