@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	stdsync "sync"
@@ -17,34 +18,45 @@ import (
 // BenchmarkLimiterAllow measures a decision on a hot key with local
 // allowance: the request path the hybrid exists for. The limit is large
 // enough that the background loop keeps the allowance topped up.
+//
+// With striped=false the key's allowance stays in one counter whatever its
+// demand (WithStripeDemand(+Inf)): what the per-CPU counters save.
 func BenchmarkLimiterAllow(b *testing.B) {
-	c := redistest.Standalone(b)
-	l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := l.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close(context.Background())
-	limit := hybridlimit.PerSecond(1 << 40)
-	ctx := context.Background()
-	if _, err := l.Allow(ctx, "hot", limit); err != nil {
-		b.Fatal(err)
-	}
-	var denied atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			r, _ := l.Allow(ctx, "hot", limit)
-			if !r.Allowed {
-				denied.Add(1)
+	for _, striped := range []bool{true, false} {
+		b.Run("striped="+strconv.FormatBool(striped), func(b *testing.B) {
+			c := redistest.Standalone(b)
+			opts := []hlsync.Option{hlsync.WithPrefix(redistest.Prefix(b))}
+			if !striped {
+				opts = append(opts, hlsync.WithStripeDemand(math.Inf(1)))
 			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+			l, err := hlsync.New(c, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			limit := hybridlimit.PerSecond(1 << 40)
+			ctx := context.Background()
+			if _, err := l.Allow(ctx, "hot", limit); err != nil {
+				b.Fatal(err)
+			}
+			var denied atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r, _ := l.Allow(ctx, "hot", limit)
+					if !r.Allowed {
+						denied.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+		})
+	}
 }
 
 // BenchmarkSyncMapBaseline is the obvious design: a sync.Map lookup of one

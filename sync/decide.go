@@ -212,8 +212,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 				continue
 			}
 			if *e.limit.Load() != limit {
-				changed := limit // on the heap only when it changes
-				e.limit.Store(&changed)
+				e.limit.Store(l.limits.get(limit))
 			}
 			return e, nil
 		}
@@ -239,13 +238,13 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		shard:  int32(j),
 		shards: int32(at.shards),
 		gen:    int32(at.gen),
-		group:  l.partGroup(key, j, at.shards),
+		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
 		lastAt: l.nanos(now),
 		usedAt: l.nanos(now),
 		due:    -1,
 	}
-	e.limit.Store(&limit)
+	e.limit.Store(l.limits.get(limit))
 	e.remaining.Store(limit.Burst)
 	e.partLeft.Store(partLimit(e).Burst)
 	e.via.Store(int32(j))

@@ -17,14 +17,14 @@ import (
 type entry struct {
 	// avail is the allowance left to spend locally. Requests subtract their
 	// cost and put it back if the result is negative. It is the only word
-	// a decision with allowance writes, and it has its cache line to
-	// itself: the words a decision only reads (the key, the limit, the
-	// last sync's figures) sit on the next line, which stays shared in
-	// every core's cache instead of bouncing with every write. Entries are
-	// a multiple of 64 bytes long, so the allocator aligns them to a cache
-	// line.
+	// a decision with allowance writes, and it shares its cache line with
+	// the words a decision reads (the key, the limit, the last sync's
+	// figures): a decision that writes the line needs it whole anyway, and
+	// a key hot enough for cores to fight over the line spends from its
+	// stripes instead, leaving this line shared in every core's cache.
+	// Entries are a multiple of 64 bytes long, so the allocator aligns them
+	// to a cache line.
 	avail atomic.Int64
-	_     [56]byte
 
 	key        string
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
@@ -33,7 +33,7 @@ type entry struct {
 	stripes    atomic.Pointer[stripes]           // a hot key's allowance spread over one counter per CPU, or nil
 	dead       atomic.Bool                       // evicted or replaced; look the key up again
 	synced     atomic.Bool                       // Redis has answered for this entry at least once
-	_          [6]byte
+	// The first cache line ends here: all a decision reads or writes.
 
 	hash      uint64
 	owner     string       // the caller's key; key is the table's name for it
@@ -42,13 +42,13 @@ type entry struct {
 	gen       int32        // the layout's generation: 0 for the configured one, more after a reshard
 	via       atomic.Int32 // home of a split key: the part decisions turned to last (home's own index at first)
 	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
-	group     int
 	epoch     int64        // first sequence number of this entry's messages
 	denyUntil atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
 	issued   int64         // allowance handed to avail in all
 	acked    int64         // the ledger's total as last heard from Redis
+	group    int32         // the slot group of the entry's keys in Redis; set at creation
 	inflight bool          // a message for this entry awaits its reply
 	unacked  bool          // the last message got no reply: Redis may hold more than acked says
 	flagged  bool          // on the limiter's list of entries wanting an early sync
@@ -63,6 +63,7 @@ type entry struct {
 	usedAt   int64         // when a round last saw consumption (or the entry's first round)
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
+	_        [8]byte       // to 256 bytes, a multiple of 64 (see avail)
 }
 
 // layout returns the layout of e's key that e belongs to.

@@ -29,6 +29,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"NaN lookahead":      hlsync.WithLeaseLookahead(math.NaN()),
 		"zero stretch":       hlsync.WithLeaseStretch(0),
 		"huge stretch":       hlsync.WithLeaseStretch(1 << 20),
+		"NaN stripe demand":  hlsync.WithStripeDemand(math.NaN()),
+		"negative stripes":   hlsync.WithStripeDemand(-1),
 		"zero groups":        hlsync.WithSlotGroups(0),
 		"zero max keys":      hlsync.WithMaxKeys(0),
 		"brace prefix":       hlsync.WithPrefix("a{b"),

@@ -84,6 +84,8 @@ type Limiter struct {
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
 
+	limits limits // one copy of each limit in use, which entries point to
+
 	sched schedule  // entries by the tick of their next sync
 	swept time.Time // when a round last looked for idle entries; rounds never overlap
 
