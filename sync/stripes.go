@@ -96,11 +96,15 @@ func (s *stripes) own() *stripe {
 func (e *entry) spend(cost int64) int64 {
 	s := e.stripes.Load()
 	if s != nil {
-		c := s.own()
-		if n := c.n.Add(-cost); n >= 0 {
-			return n + s.elsewhere.Load()
+		// Read before subtracting: a dry counter is left untouched, never
+		// below zero, so a round gathering or spreading tokens does not
+		// wait on decisions that find nothing.
+		if c := s.own(); c.n.Load() >= cost {
+			if n := c.n.Add(-cost); n >= 0 {
+				return n + s.elsewhere.Load()
+			}
+			c.n.Add(cost)
 		}
-		c.n.Add(cost)
 	}
 	if n := e.avail.Add(-cost); n >= 0 {
 		return n
