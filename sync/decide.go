@@ -46,6 +46,11 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if n := e.spend(cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil
 		}
+		if e.fragmented(cost) {
+			if n := l.spendGathered(e, cost); n >= 0 {
+				return l.admitted(e, limit, n, src), nil
+			}
+		}
 		if e.dead.Load() {
 			continue
 		}

@@ -119,7 +119,7 @@ func defaults() config {
 		maxWait:        100 * time.Millisecond,
 		lookahead:      2,
 		stretch:        64,
-		stripeDemand:   100_000,
+		stripeDemand:   defaultStripeDemand,
 		groups:         64,
 		maxKeys:        1 << 20,
 		prefix:         hybridlimit.DefaultPrefix,

@@ -106,14 +106,40 @@ func (e *entry) spend(cost int64) int64 {
 			c.n.Add(cost)
 		}
 	}
-	if n := e.avail.Add(-cost); n >= 0 {
-		return n
+	if e.avail.Load() >= cost {
+		if n := e.avail.Add(-cost); n >= 0 {
+			return n
+		}
+		e.avail.Add(cost)
 	}
-	e.avail.Add(cost)
 	if s != nil {
 		return s.steal(cost)
 	}
 	return -1
+}
+
+// fragmented reports whether e's spread allowance adds up to cost although
+// no counter holds it alone: only the entry's mutex, which gathers it,
+// can then pay the cost (see spendGathered).
+func (e *entry) fragmented(cost int64) bool {
+	s := e.stripes.Load()
+	if s == nil {
+		return false
+	}
+	sum := max(e.avail.Load(), 0)
+	for i := range s.cells {
+		sum += max(s.cells[i].n.Load(), 0)
+	}
+	return sum >= cost
+}
+
+// spendGathered spends cost from e's allowance gathered under its mutex,
+// for a cost no single counter could pay; as spend, it returns what is
+// left, or a negative number if the allowance could not pay.
+func (l *Limiter) spendGathered(e *entry, cost int64) int64 {
+	l.lock(e)
+	defer l.unlock(e)
+	return e.spend(cost)
 }
 
 // steal takes cost from any counter that holds it: the caller's ran dry

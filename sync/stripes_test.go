@@ -117,3 +117,33 @@ func TestStripesLeaveEvictedAlone(t *testing.T) {
 		t.Error("an evicted entry was given stripes")
 	}
 }
+
+// TestStripesPayLargeCosts checks that a cost more than any one counter
+// holds, but no more than all of them, is paid by gathering them: spread
+// thin, an allowance must not turn away a cost it covers.
+func TestStripesPayLargeCosts(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: nothing is spread")
+	}
+	l := &Limiter{cfg: defaults()}
+	l.cfg.stripeDemand = 0
+	var e entry
+	l.lock(&e)
+	e.give(12)
+	l.unlock(&e)
+	if n := e.spend(10); n >= 0 {
+		t.Fatalf("spend(10) paid from one counter of a spread 12 (left %d): the test proves nothing", n)
+	}
+	if !e.fragmented(10) || e.fragmented(13) {
+		t.Errorf("fragmented(10) = %v, fragmented(13) = %v; want true, false", e.fragmented(10), e.fragmented(13))
+	}
+	if n := l.spendGathered(&e, 10); n < 0 {
+		t.Error("spendGathered(10) could not pay from 12")
+	}
+	l.lock(&e)
+	held, consumed := e.snapshot()
+	l.unlock(&e)
+	if held != 2 || consumed != 10 {
+		t.Errorf("held %d, consumed %d; want 2, 10", held, consumed)
+	}
+}

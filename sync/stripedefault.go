@@ -1,0 +1,8 @@
+//go:build !hybridlimit_stripeall
+
+package sync
+
+// defaultStripeDemand is WithStripeDemand's default. Building with the tag
+// hybridlimit_stripeall makes it 0, so that the whole test suite runs with
+// every key's allowance spread (make test runs it both ways).
+const defaultStripeDemand = 100_000
