@@ -43,13 +43,8 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
-		if n := e.spend(cost); n >= 0 {
+		if n := l.pay(e, cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil
-		}
-		if e.fragmented(cost) {
-			if n := l.spendGathered(e, cost); n >= 0 {
-				return l.admitted(e, limit, n, src), nil
-			}
 		}
 		if e.dead.Load() {
 			continue
@@ -143,7 +138,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 		if err != nil {
 			continue // table full: make do with the parts there are
 		}
-		if n := p.spend(cost); n >= 0 {
+		if n := l.pay(p, cost); n >= 0 {
 			return nil, l.admitted(p, limit, n, src), true
 		}
 		parts[j] = p

@@ -142,6 +142,15 @@ func (l *Limiter) spendGathered(e *entry, cost int64) int64 {
 	return e.spend(cost)
 }
 
+// pay is spend for the slow path: a cost that e's counters hold only
+// together is paid from them gathered.
+func (l *Limiter) pay(e *entry, cost int64) int64 {
+	if n := e.spend(cost); n >= 0 || !e.fragmented(cost) {
+		return n
+	}
+	return l.spendGathered(e, cost)
+}
+
 // steal takes cost from any counter that holds it: the caller's ran dry
 // while others may not have.
 func (s *stripes) steal(cost int64) int64 {

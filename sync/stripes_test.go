@@ -137,8 +137,11 @@ func TestStripesPayLargeCosts(t *testing.T) {
 	if !e.fragmented(10) || e.fragmented(13) {
 		t.Errorf("fragmented(10) = %v, fragmented(13) = %v; want true, false", e.fragmented(10), e.fragmented(13))
 	}
-	if n := l.spendGathered(&e, 10); n < 0 {
-		t.Error("spendGathered(10) could not pay from 12")
+	if n := l.pay(&e, 10); n < 0 {
+		t.Error("pay(10) could not pay from 12")
+	}
+	if n := l.pay(&e, 3); n >= 0 {
+		t.Errorf("pay(3) paid from the 2 left (left %d)", n)
 	}
 	l.lock(&e)
 	held, consumed := e.snapshot()
