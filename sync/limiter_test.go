@@ -252,6 +252,15 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 				if total < burst {
 					t.Errorf("admitted %d, want at least the budget %d under saturating demand", total, burst)
 				}
+				if t.Failed() {
+					// The bound assumes every report lands within an
+					// allowance's life: say whether rounds failed.
+					for _, l := range ls {
+						s := l.Stats()
+						t.Logf("%s: rounds %d, failed %d (by class %v), breaker opens %d, messages %d",
+							l.InstanceID(), s.Rounds, s.RoundErrors, s.Errors, s.BreakerOpens, s.Messages)
+					}
+				}
 			})
 		}
 	}
