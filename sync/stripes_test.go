@@ -7,6 +7,25 @@ import (
 	"testing"
 )
 
+// spreadEntry returns an entry holding n tokens spread over its counters, and
+// the limiter whose lock and unlock gather and spread them.
+func spreadEntry(t *testing.T, n int64) (*Limiter, *entry) {
+	t.Helper()
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: nothing is spread")
+	}
+	l := &Limiter{cfg: defaults()}
+	l.cfg.stripeDemand = 0
+	e := &entry{}
+	l.lock(e)
+	e.give(n)
+	l.unlock(e)
+	if e.stripes.Load() == nil || e.avail.Load() == n {
+		t.Fatalf("%d tokens not spread at stripe demand 0", n)
+	}
+	return l, e
+}
+
 // TestStripesKeepEveryToken spends a spread allowance from several
 // goroutines while another plays the rounds: it gathers, reads the
 // consumption, hands more out or takes some back, and scatters again. The
@@ -14,18 +33,7 @@ import (
 // what the spenders took, with what is held making up the rest of what was
 // issued.
 func TestStripesKeepEveryToken(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("one P: nothing is spread")
-	}
-	l := &Limiter{cfg: defaults()}
-	l.cfg.stripeDemand = 0
-	var e entry
-	l.lock(&e)
-	e.give(1000)
-	l.unlock(&e)
-	if e.stripes.Load() == nil {
-		t.Fatal("no stripes at stripe demand 0")
-	}
+	l, e := spreadEntry(t, 1000)
 	var spent atomic.Int64
 	stop := make(chan struct{})
 	var wg stdsync.WaitGroup
@@ -45,7 +53,7 @@ func TestStripesKeepEveryToken(t *testing.T) {
 	}
 	var last int64
 	for i := range 10000 {
-		l.lock(&e)
+		l.lock(e)
 		held, consumed := e.snapshot()
 		if consumed < last {
 			t.Errorf("round %d: consumed fell from %d to %d", i, last, consumed)
@@ -59,13 +67,13 @@ func TestStripesKeepEveryToken(t *testing.T) {
 		default:
 			e.settle(func(int64) int64 { return held + 7 })
 		}
-		l.unlock(&e)
+		l.unlock(e)
 	}
 	close(stop)
 	wg.Wait()
-	l.lock(&e)
+	l.lock(e)
 	held, consumed := e.snapshot()
-	l.unlock(&e)
+	l.unlock(e)
 	if consumed != spent.Load() {
 		t.Errorf("consumed %d, spenders took %d", consumed, spent.Load())
 	}
@@ -78,18 +86,7 @@ func TestStripesKeepEveryToken(t *testing.T) {
 // for a single spender: whatever its P, it steals from the others' counters
 // and then from avail before it reports the allowance spent.
 func TestStripesSpendEverything(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("one P: nothing is spread")
-	}
-	l := &Limiter{cfg: defaults()}
-	l.cfg.stripeDemand = 0
-	var e entry
-	l.lock(&e)
-	e.give(101)
-	l.unlock(&e)
-	if a := e.avail.Load(); a == 101 {
-		t.Fatalf("avail %d: nothing was spread", a)
-	}
+	_, e := spreadEntry(t, 101)
 	n := 0
 	for e.spend(1) >= 0 {
 		n++
@@ -104,12 +101,12 @@ func TestStripesSpendEverything(t *testing.T) {
 func TestStripesLeaveEvictedAlone(t *testing.T) {
 	l := &Limiter{cfg: defaults()}
 	l.cfg.stripeDemand = 0
-	var e entry
-	l.lock(&e)
+	e := &entry{}
+	l.lock(e)
 	if !e.evict() {
 		t.Fatal("evict failed on an empty entry")
 	}
-	l.unlock(&e)
+	l.unlock(e)
 	if e.spend(1) >= 0 {
 		t.Error("an evicted entry admitted a decision")
 	}
@@ -122,30 +119,22 @@ func TestStripesLeaveEvictedAlone(t *testing.T) {
 // holds, but no more than all of them, is paid by gathering them: spread
 // thin, an allowance must not turn away a cost it covers.
 func TestStripesPayLargeCosts(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("one P: nothing is spread")
-	}
-	l := &Limiter{cfg: defaults()}
-	l.cfg.stripeDemand = 0
-	var e entry
-	l.lock(&e)
-	e.give(12)
-	l.unlock(&e)
+	l, e := spreadEntry(t, 12)
 	if n := e.spend(10); n >= 0 {
 		t.Fatalf("spend(10) paid from one counter of a spread 12 (left %d): the test proves nothing", n)
 	}
 	if !e.fragmented(10) || e.fragmented(13) {
 		t.Errorf("fragmented(10) = %v, fragmented(13) = %v; want true, false", e.fragmented(10), e.fragmented(13))
 	}
-	if n := l.pay(&e, 10); n < 0 {
+	if n := l.pay(e, 10); n < 0 {
 		t.Error("pay(10) could not pay from 12")
 	}
-	if n := l.pay(&e, 3); n >= 0 {
+	if n := l.pay(e, 3); n >= 0 {
 		t.Errorf("pay(3) paid from the 2 left (left %d)", n)
 	}
-	l.lock(&e)
+	l.lock(e)
 	held, consumed := e.snapshot()
-	l.unlock(&e)
+	l.unlock(e)
 	if held != 2 || consumed != 10 {
 		t.Errorf("held %d, consumed %d; want 2, 10", held, consumed)
 	}
