@@ -15,8 +15,9 @@ import (
 // the tokens this instance has admitted for the key in all are
 // issued - avail, with no counter on the request path but avail.
 type entry struct {
-	// avail is the allowance left to spend locally. Requests subtract their
-	// cost and put it back if the result is negative. It is the only word
+	// avail is the allowance left to spend locally. A request that finds
+	// its cost there subtracts it, and puts it back if the result is
+	// negative (another got there first). It is the only word
 	// a decision with allowance writes, and it shares its cache line with
 	// the words a decision reads (the key, the limit, the last sync's
 	// figures): a decision that writes the line needs it whole anyway, and

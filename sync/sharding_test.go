@@ -516,11 +516,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	clk := newFakeClock()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
-	// No low-limit rule: the frozen key leases ahead, so a round tops it
-	// up without a decision waiting for it.
-	l := clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("a"),
-		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
+	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
 	limit := frozen(budget)
@@ -634,12 +630,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	clk := newFakeClock()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
-	newLimiter := func(id string) *hlsync.Limiter {
-		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
-			hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), auto)
-	}
-	a, b := newLimiter("a"), newLimiter("b")
+	a, b := resharder(t, rdb, clk, prefix, "a"), resharder(t, rdb, clk, prefix, "b")
 	ctx := context.Background()
 	const budget = 3000
 	limit := frozen(budget)
@@ -686,6 +677,17 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	}
 }
 
+// resharder returns a limiter called id for the hand-driven reshard tests:
+// on clk, a round every 100ms without jitter, splitting a key up to 3 ways
+// when it is hot, and without the low-limit rule, so that a frozen key
+// leases ahead and a round tops it up without a decision waiting for it.
+func resharder(t *testing.T, rdb hybridlimit.Redis, clk *fakeClock, prefix, id string) *hlsync.Limiter {
+	t.Helper()
+	return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0),
+		hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour}))
+}
+
 // spender makes decisions on one key for a test that counts what they
 // admit against a budget.
 type spender struct {
@@ -718,9 +720,7 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	clk := newFakeClock()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour})
-	l := clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0),
-		hlsync.WithLowLimitThreshold(0), auto)
+	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
 	limit := frozen(budget)
