@@ -61,7 +61,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			}
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
-			l.stats.deniedRemote.Add(1)
+			l.stats.deniedRemote.Inc()
 			return denied(limit, time.Duration(until-l.nanos(now)), src), nil
 		}
 		if l.breaker.isOpen() {
@@ -70,7 +70,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if (l.cfg.mode == Optimistic && e.synced.Load()) || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0)
-			l.stats.deniedLocal.Add(1)
+			l.stats.deniedLocal.Inc()
 			return denied(limit, l.cfg.interval, src), nil
 		}
 		l.flag(e, cost)
@@ -167,7 +167,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 			soonest = min(soonest, p.denyUntil.Load())
 		}
 	}
-	l.stats.deniedRemote.Add(1)
+	l.stats.deniedRemote.Inc()
 	return nil, denied(limit, time.Duration(max(soonest-t, 0)), src), true
 }
 

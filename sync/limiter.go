@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/puzpuzpuz/xsync/v4"
+
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -143,6 +145,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		presence: ks.Tagged("presence", "instances"),
 		wake:     make(chan struct{}, 1),
 	}
+	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
 	// Sequence numbers start at the clock in microseconds, so a restarted
 	// instance that keeps its id still numbers above its past.
 	l.seq.Store(cfg.clock.Now().UnixMicro())
@@ -383,6 +386,6 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 	if left <= 0 {
 		return hybridlimit.Result{}, false
 	}
-	l.stats.deniedRemote.Add(1)
+	l.stats.deniedRemote.Inc()
 	return denied(limit, time.Duration(left), hybridlimit.SourceLocal), true
 }

@@ -3,6 +3,7 @@ package sync_test
 import (
 	"context"
 	"fmt"
+	stdsync "sync"
 	"testing"
 	"time"
 
@@ -112,5 +113,39 @@ func TestSourceRedisGone(t *testing.T) {
 		if hlsync.ErrorClass(c) != hlsync.ErrorConnection && n != 0 {
 			t.Errorf("Errors[%v] = %d, want 0 with Redis gone", hlsync.ErrorClass(c), n)
 		}
+	}
+}
+
+// TestDenialsCountedOnEveryCore denies a key at its limit from many
+// goroutines at once: every denial is in Stats, whichever core made it.
+func TestDenialsCountedOnEveryCore(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second), hlsync.WithRoundTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	limit := frozen(1)
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("first Allow = %+v, %v; want the one token", r, err)
+	}
+	before := l.Stats().DeniedRemote
+	const goroutines, each = 8, 500
+	var wg stdsync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				if r, err := l.Allow(ctx, "k", limit); err != nil || r.Allowed {
+					t.Errorf("Allow on an empty bucket = %+v, %v", r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := l.Stats().DeniedRemote - before; got != goroutines*each {
+		t.Errorf("DeniedRemote grew by %d, want %d", got, goroutines*each)
 	}
 }

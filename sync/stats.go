@@ -3,12 +3,13 @@ package sync
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
 )
 
 // counters are the Limiter's plain counters; Stats copies them.
 type counters struct {
 	rounds, roundErrors, messages, scriptCalls, fetches, waits atomic.Uint64
-	deniedRemote, deniedLocal                                  atomic.Uint64
 	failOpen, failClosed, fallbackAllowed, fallbackDenied      atomic.Uint64
 	overspent, evictions                                       atomic.Uint64
 	reshards, moves                                            atomic.Uint64
@@ -17,6 +18,12 @@ type counters struct {
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
 	errors                                                     [NumErrorClasses]atomic.Uint64
 	roundDuration, roundMessages                               histogram
+
+	// deniedRemote and deniedLocal count every denial, and a key at its
+	// limit is denied on every core at once: one shared word cost such a
+	// decision 82 ns, against 27-33 ns striped (BenchmarkLimiterDenyEmpty,
+	// 2 cores).
+	deniedRemote, deniedLocal *xsync.Counter
 }
 
 // observeRound records a round that sent msgs key messages and began at
@@ -133,8 +140,8 @@ func (l *Limiter) Stats() Stats {
 		Messages:        c.messages.Load(),
 		ScriptCalls:     c.scriptCalls.Load(),
 		Waits:           c.waits.Load(),
-		DeniedRemote:    c.deniedRemote.Load(),
-		DeniedLocal:     c.deniedLocal.Load(),
+		DeniedRemote:    uint64(c.deniedRemote.Value()),
+		DeniedLocal:     uint64(c.deniedLocal.Value()),
 		FailOpen:        c.failOpen.Load(),
 		FailClosed:      c.failClosed.Load(),
 		FallbackAllowed: c.fallbackAllowed.Load(),
