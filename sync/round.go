@@ -610,6 +610,15 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		if !l.lowLimit(e, m.limit) {
 			until = max(until, e.nextSync)
 		}
+		if e.gen > 0 {
+			// A part of a layout a reshard made is empty from its opening
+			// until the mover credits it what the old parts held, a round
+			// trip later, and the old parts' markers send instances to it
+			// meanwhile: an "empty" heard then may be stale, so it holds
+			// for an interval at most (with a slow refill it would
+			// otherwise strand the credit for as long as a token takes).
+			until = min(until, max(e.nextSync, l.nanos(now)+int64(l.cfg.interval)))
+		}
 		e.denyUntil.Store(until)
 	} else {
 		e.denyUntil.Store(0)

@@ -505,6 +505,98 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	}
 }
 
+// beforeOp runs do once, before the first reshard step of one op goes out.
+type beforeOp struct {
+	op   string
+	once stdsync.Once
+	do   func()
+}
+
+func (*beforeOp) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b *beforeOp) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && s == b.op {
+				b.once.Do(b.do)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*beforeOp) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFollowerReachesCreditedParts splits a key while another instance,
+// sent to the new layout by the old part's marker, asks every new part
+// before the mover has credited them: Redis says each is empty. Once
+// credited they hold what the old part held, and the follower must get
+// to it. The limit is frozen (no refill): believing "empty until a token
+// is due" denied such a follower for a year, and stranded the tokens
+// (TestAutoShardsMoveEveryToken stalled this way on a loaded machine).
+func TestFollowerReachesCreditedParts(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	ca, cb := srv.Client(t), srv.Client(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	b, err := hlsync.New(cb, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("b"),
+		hlsync.WithSyncInterval(50*time.Millisecond, 0), auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(ctx) })
+	const budget = 3000
+	limit := frozen(budget)
+	spent := &spender{t: t, key: "hot", limit: limit}
+	// Before the credit: b follows the marker and, over several of its
+	// intervals, finds home and both siblings empty.
+	ca.AddHook(&beforeOp{op: "credit", do: func() {
+		for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); {
+			spent.admit(b, 10)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}})
+	clk := &fakeClock{}
+	clk.now.Store(time.Now().UnixNano())
+	a := clocked(t, ca, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("a"),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithRoundTimeout(5*time.Second), auto)
+	for i := 0; ; i++ {
+		spent.admit(a, 10)
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := a.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Reshard(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := a.Layout("hot"); s > 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the key was not split: %+v", a.Stats())
+		}
+	}
+	if s, _ := b.Layout("hot"); s != 3 {
+		t.Fatalf("b on %d parts before the credit, want 3: it did not follow the marker in time", s)
+	}
+	before := spent.admitted
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && spent.admitted == before; {
+		spent.admit(b, 10)
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("admitted %d before the credit, %d in all, of %d", before, spent.admitted, budget)
+	if spent.admitted == before {
+		t.Errorf("b admitted nothing in 2s after the credit, with %d of %d tokens in the parts", budget-before, budget)
+	}
+	if spent.admitted > budget {
+		t.Errorf("admitted %d, more than the budget %d", spent.admitted, budget)
+	}
+}
+
 // TestReshardWhileRoundInFlight splits a key while one of the instance's
 // own rounds is in flight: Redis has granted the round's top-up from the
 // whole key's bucket before the split closed it, and the reply arrives
