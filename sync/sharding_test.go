@@ -414,26 +414,35 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	}
 }
 
-// failOp fails every reshard step of one op, as if the connection to
-// Redis broke at that step of a move.
-type failOp string
+// stepHook runs before every reshard step of one op; an error it returns
+// fails the step, as if the connection to Redis broke there.
+type stepHook struct {
+	op     string
+	before func() error
+}
 
-func (failOp) DialHook(next redis.DialHook) redis.DialHook { return next }
+// failOp fails every reshard step of op.
+func failOp(op string) *stepHook {
+	return &stepHook{op: op, before: func() error { return fmt.Errorf("injected: connection lost at reshard %s", op) }}
+}
 
-func (f failOp) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (*stepHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stepHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
-			if s, ok := a.(string); ok && s == string(f) {
-				err := fmt.Errorf("injected: connection lost at reshard %s", s)
-				cmd.SetErr(err)
-				return err
+			if s, ok := a.(string); ok && s == h.op {
+				if err := h.before(); err != nil {
+					cmd.SetErr(err)
+					return err
+				}
 			}
 		}
 		return next(ctx, cmd)
 	}
 }
 
-func (failOp) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (*stepHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -505,30 +514,6 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	}
 }
 
-// beforeOp runs do once, before the first reshard step of one op goes out.
-type beforeOp struct {
-	op   string
-	once stdsync.Once
-	do   func()
-}
-
-func (*beforeOp) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (b *beforeOp) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		for _, a := range cmd.Args() {
-			if s, ok := a.(string); ok && s == b.op {
-				b.once.Do(b.do)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (*beforeOp) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestFollowerReachesCreditedParts splits a key while another instance,
 // sent to the new layout by the old part's marker, asks every new part
 // before the mover has credited them: Redis says each is empty. Once
@@ -554,11 +539,15 @@ func TestFollowerReachesCreditedParts(t *testing.T) {
 	spent := &spender{t: t, key: "hot", limit: limit}
 	// Before the credit: b follows the marker and, over several of its
 	// intervals, finds home and both siblings empty.
-	ca.AddHook(&beforeOp{op: "credit", do: func() {
-		for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); {
-			spent.admit(b, 10)
-			time.Sleep(5 * time.Millisecond)
-		}
+	var once stdsync.Once
+	ca.AddHook(&stepHook{op: "credit", before: func() error {
+		once.Do(func() {
+			for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); {
+				spent.admit(b, 10)
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+		return nil
 	}})
 	clk := &fakeClock{}
 	clk.now.Store(time.Now().UnixNano())
