@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/lua"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -228,9 +229,11 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 				prefix := redistest.Prefix(t)
 				// The bound holds while every report lands within an
 				// allowance's life (10 intervals plus the round timeout,
-				// design 7); a round timeout of one 50ms interval drops
-				// reports that a machine loaded by the rest of the suite
-				// answers late, so the rounds here may take a second.
+				// design 7), so the rounds here may take a second on a
+				// machine loaded by the rest of the suite. (This test
+				// once admitted [4200 0 0 4200]: a grant whose reply came
+				// back after it lapsed in Redis was spent, which
+				// TestLateGrantNotSpent reproduces and no longer does.)
 				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithMode(hlsync.Optimistic),
 					hlsync.WithSyncInterval(50*time.Millisecond, 0.1), hlsync.WithRoundTimeout(time.Second)}
 				if tc.budget >= 0 {
@@ -269,6 +272,82 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLateGrantNotSpent delays the reply to one instance's first
+// Optimistic message past its allowance's life: Redis granted it the
+// whole pool at once, the grant lapsed there meanwhile, and the other
+// instance was granted the pool in turn. No round fails; the reply is
+// only late (a client that ignores context deadlines keeps reading it
+// whatever the round timeout). The late grant must not be spent: before,
+// each instance admitted the whole pool.
+func TestLateGrantNotSpent(t *testing.T) {
+	redistest.NoLeaks(t)
+	const burst = 4000
+	const interval, roundTimeout = 50 * time.Millisecond, time.Second
+	life := 10*interval + roundTimeout // design 6.2
+	srv := redistest.StandaloneServer(t)
+	p := faultproxy.Start(t, srv.Addr)
+	p.TargetCommands("EVALSHA", "EVAL")
+	slow := redis.NewClient(&redis.Options{Addr: p.Addr()}) // no ContextTimeoutEnabled
+	t.Cleanup(func() { _ = slow.Close() })
+	opts := []hlsync.Option{hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMode(hlsync.Optimistic),
+		hlsync.WithSyncInterval(interval, 0.1), hlsync.WithRoundTimeout(roundTimeout), hlsync.WithOvershootBudget(0.05)}
+	ctx := context.Background()
+	var ls []*hlsync.Limiter
+	for i, c := range []hybridlimit.Redis{slow, srv.Client(t)} {
+		l, err := hlsync.New(c, append(opts, hlsync.WithInstanceID(fmt.Sprint("i", i)))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(ctx) })
+		if err := l.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	limit := frozen(burst)
+	for _, l := range ls { // presence counts both; the script is loaded
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Allow(ctx, "warm", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first decision on the key sends i0's first message, which Redis
+	// answers at once with the pool; the reply reaches i0 after the life.
+	p.LateReplies(-1, life+300*time.Millisecond)
+	if r, err := ls[0].Allow(ctx, "hot", limit); err != nil || r.Allowed {
+		t.Fatalf("first decision = %+v, %v; want a denial while the fetch is late", r, err)
+	}
+	p.LateReplies(0, 0)
+	var admitted [2]atomic.Int64
+	var wg stdsync.WaitGroup
+	end := time.Now().Add(life + time.Second)
+	for i, l := range ls {
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					r, err := l.Allow(ctx, "hot", limit)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	got := []int64{admitted[0].Load(), admitted[1].Load()}
+	bound := int64(burst + burst*5/100 + 2)
+	t.Logf("per instance admitted %v, bound %d in all; rounds %d and %d", got, bound, ls[0].Stats().Rounds, ls[1].Stats().Rounds)
+	if total := got[0] + got[1]; total > bound {
+		t.Errorf("admitted %d, bound %d: a grant that lapsed in Redis was spent", total, bound)
 	}
 }
 
