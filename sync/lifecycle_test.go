@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -170,5 +173,71 @@ func TestWait(t *testing.T) {
 	}
 	if err := l.WaitN(ctx, "w", limit, 2); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
 		t.Errorf("WaitN cost 2 > burst 1 = %v, want ErrCostExceedsBurst", err)
+	}
+}
+
+// TestCloseAsksForNothing closes a limiter holding an entry that a
+// decision flagged and then gave up on (its max wait ended while another
+// key's round was slow): the final round must hand back, not fetch what
+// that decision waited for. Before, Close took a token from Redis and
+// kept it, and a decision after Close spent it.
+func TestCloseAsksForNothing(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	prefix := redistest.Prefix(t)
+	p := faultproxy.Start(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("i0"),
+		hlsync.WithSyncInterval(time.Second, 0), hlsync.WithMaxWait(50*time.Millisecond),
+		hlsync.WithFailurePolicy(hlsync.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := frozen(100) // a low limit: each decision fetches its cost
+	ctx := context.Background()
+	p.Delay(300 * time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = l.Allow(ctx, "a", limit) // starts a slow round
+	}()
+	time.Sleep(10 * time.Millisecond)
+	_, _ = l.Allow(ctx, "b", limit) // flags b, waits for a's round, gives up
+	<-done
+	time.Sleep(800 * time.Millisecond) // a's round ends
+	p.Delay(0)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	rc := srv.Client(t)
+	left := remaining(t, rc, prefix, "a", limit, 64) + remaining(t, rc, prefix, "b", limit, 64)
+	if s.Outstanding != 0 || left != 200-int64(s.Admitted) {
+		t.Errorf("after Close: %d outstanding, %d admitted, %d of 200 left in Redis", s.Outstanding, s.Admitted, left)
+	}
+	if r, err := l.Allow(ctx, "b", limit); err == nil && r.Allowed {
+		t.Errorf("Allow after Close admitted: %+v", r)
+	}
+}
+
+// TestCostAboveBurstAfterLimitShrinks leases a key under a large burst,
+// then asks under a burst of 5 for a cost of 7: an error, though the
+// allowance leased before could pay it.
+func TestCostAboveBurstAfterLimitShrinks(t *testing.T) {
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	small := hybridlimit.Limit{Rate: 1000, Period: time.Second, Burst: 5}
+	for _, limit := range []hybridlimit.Limit{hybridlimit.PerSecond(1000), small} {
+		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow under %v = %+v, %v", limit, r, err)
+		}
+	}
+	if r, err := l.AllowN(ctx, "k", small, 7); !errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
+		t.Errorf("AllowN(cost 7, burst 5) = %+v, %v; want ErrCostExceedsBurst", r, err)
 	}
 }

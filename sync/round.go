@@ -139,9 +139,11 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		return m, !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring || e.flagged
 	}
 	held := max(e.avail.Load(), 0)
-	want := e.waiting
+	// Closing: hand everything back and ask for nothing, not even for
+	// decisions that waited (they have given up or will get ErrClosed).
+	var want int64
 	if !final {
-		want += l.lease(e, limit, now)
+		want = e.waiting + l.lease(e, limit, now)
 	}
 	want = min(want, limit.Burst)
 	switch {
