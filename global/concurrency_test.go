@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -219,5 +222,43 @@ func TestConcurrencyHammer(t *testing.T) {
 				t.Errorf("keys without TTL: %q", noTTL)
 			}
 		})
+	}
+}
+
+// TestConcurrencyAcquireRetried loses the reply to an Acquire, which
+// go-redis then sends again with the same lease id: the retry must grant
+// the lease the first run took, not count it against itself and deny,
+// which left the only slot held by nobody for the lease's whole TTL.
+func TestConcurrencyAcquireRetried(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	px := faultproxy.Start(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: px.Addr()}) // retries a command whose reply is lost
+	t.Cleanup(func() { _ = c.Close() })
+	p := redistest.Prefix(t)
+	cc, err := NewConcurrency(c, WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	lim := ConcurrencyLimit{MaxInFlight: 1, LeaseTTL: time.Minute}
+	l, r, err := cc.Acquire(ctx, "k", lim) // loads the script
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if ok, err := cc.Release(ctx, l); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	px.TargetCommands("EVALSHA", "EVAL")
+	px.DropReplies(1)
+	l, r, err = cc.Acquire(ctx, "k", lim)
+	if err != nil || !r.Allowed {
+		t.Fatalf("Acquire whose first reply was lost = %+v, %v; want the lease", r, err)
+	}
+	if ok, err := cc.Release(ctx, l); !ok || err != nil {
+		t.Fatalf("Release = %v, %v; want the lease freed", ok, err)
+	}
+	if n := srv.Client(t).ZCard(ctx, p+"{k}:cc").Val(); n != 0 {
+		t.Errorf("%d leases held after the only one was released", n)
 	}
 }

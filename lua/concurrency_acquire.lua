@@ -35,10 +35,19 @@ else
   held = redis.call('ZCARD', key)
 end
 
-local allowed = held < max
-if allowed and not peek then
-  redis.call('ZADD', key, now + ttl, id)
-  held = held + 1
+local allowed
+if not peek and redis.call('ZSCORE', key, id) then
+  -- This lease is held already, unexpired: the call is a retry of one
+  -- that took it and whose reply was lost. Grant it again, take no more
+  -- (counting it against itself would deny the caller and leave the
+  -- lease to nobody until it expires).
+  allowed = true
+else
+  allowed = held < max
+  if allowed and not peek then
+    redis.call('ZADD', key, now + ttl, id)
+    held = held + 1
+  end
 end
 
 local reset = 0
