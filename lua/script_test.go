@@ -222,23 +222,29 @@ func TestMiniredis(t *testing.T) {
 	gcra, _ := p.GCRAArgs()
 	win, _ := p.WindowArgs()
 	acq, _ := ConcurrencyArgs(now, 1, 1e6, "lease-1", false)
+	acq2, _ := ConcurrencyArgs(now, 1, 1e6, "lease-2", false) // the same id again would be a retry, granted
 	rel, _ := ReleaseArgs(now, "lease-1")
 	for _, run := range []struct {
 		s    *Script
 		keys []string
 		args []any
 		n    int
+		next []any // the second run's arguments, if not args
 	}{
-		{TokenBucket, []string{"{k}:tb"}, tb, 4},
-		{GCRA, []string{"{k}:gcra"}, gcra, 4},
-		{FixedWindow, []string{"{k}:fw"}, win, 4},
-		{SlidingWindow, []string{"{k}:sw"}, win, 4},
-		{SlidingLog, []string{"{k}:sl", "{k}:sl.meta"}, win, 4},
-		{ConcurrencyAcquire, []string{"{k}:cc"}, acq, 4},
-		{ConcurrencyRelease, []string{"{k}:cc"}, rel, 2},
+		{TokenBucket, []string{"{k}:tb"}, tb, 4, nil},
+		{GCRA, []string{"{k}:gcra"}, gcra, 4, nil},
+		{FixedWindow, []string{"{k}:fw"}, win, 4, nil},
+		{SlidingWindow, []string{"{k}:sw"}, win, 4, nil},
+		{SlidingLog, []string{"{k}:sl", "{k}:sl.meta"}, win, 4, nil},
+		{ConcurrencyAcquire, []string{"{k}:cc"}, acq, 4, acq2},
+		{ConcurrencyRelease, []string{"{k}:cc"}, rel, 2, nil},
 	} {
 		for i := range 2 {
-			reply, err := run.s.Run(t.Context(), c, run.keys, run.args...)
+			args := run.args
+			if i == 1 && run.next != nil {
+				args = run.next
+			}
+			reply, err := run.s.Run(t.Context(), c, run.keys, args...)
 			if err != nil {
 				t.Fatalf("%s #%d: %v", run.s.Name(), i, err)
 			}
