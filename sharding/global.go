@@ -201,7 +201,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 	}
 	if g.layout == Time {
 		now := g.clock()
-		j := int(now.UnixMicro() / limit.Period.Microseconds() % int64(s))
+		j := window(now, limit.Period, s)
 		return g.parts.AllowAt(ctx, now, PartKey(key, j, s), limit, cost)
 	}
 	if smallest := g.split(limit, s-1, s); cost > smallest.Burst && cost <= limit.Burst {
@@ -250,7 +250,7 @@ func (g *Global) Peek(ctx context.Context, key string, limit hybridlimit.Limit) 
 	}
 	if g.layout == Time {
 		now := g.clock()
-		j := int(now.UnixMicro() / limit.Period.Microseconds() % int64(s))
+		j := window(now, limit.Period, s)
 		return g.parts.PeekAt(ctx, now, PartKey(key, j, s), limit, 1)
 	}
 	rs := make([]hybridlimit.Result, s)
@@ -324,4 +324,14 @@ func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now tim
 		return 0
 	}
 	return s.until.Sub(now)
+}
+
+// window returns the part that holds the fixed window of now under the
+// Time layout. The window script counts in windows of the period rounded
+// up to a microsecond, so this does too: rounded down, a period that is
+// not a whole number of microseconds put one window on two parts, each
+// admitting the whole quota.
+func window(now time.Time, period time.Duration, parts int) int {
+	us := int64((period + time.Microsecond - 1) / time.Microsecond)
+	return int(now.UnixMicro() / us % int64(parts))
 }

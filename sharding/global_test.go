@@ -313,3 +313,41 @@ func TestGlobalDenialsRemembered(t *testing.T) {
 		t.Errorf("Allow under a doubled burst = %+v, %v; want admitted by Redis", r, err)
 	}
 }
+
+// TestTimeLayoutPeriodNotWholeMicros runs the Time layout with a period
+// of a third of a second, which the window script rounds up to 333,334
+// microseconds: one window, asked at its first and last microsecond, must
+// stay on one part and admit its quota once, not once per part.
+func TestTimeLayoutPeriodNotWholeMicros(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	var now atomic.Int64
+	g, err := sharding.NewGlobal(rdb, global.FixedWindow, sharding.Time, sharding.Fixed(2),
+		sharding.WithPrefix(redistest.Prefix(t)), sharding.WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.Limit{Rate: 5, Period: time.Second / 3, Burst: 5}
+	const window = 333334 // microseconds
+	// A window over which a period rounded down (333,333 us) would
+	// change its index.
+	start := int64(1_800_000_000_000_000) / window * window
+	for start/333333 == (start+window-1)/333333 {
+		start += window
+	}
+	admitted := 0
+	for _, us := range []int64{start, start + window - 1} {
+		now.Store(us * 1000)
+		for range 5 {
+			r, err := g.Allow(context.Background(), "k", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("one window admitted %d, quota 5", admitted)
+	}
+}
