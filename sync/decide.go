@@ -39,7 +39,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
 	src := hybridlimit.SourceLocal // until a fetch this decision waits for is answered
 	for fetches := 0; ; fetches++ {
-		e, err := l.entry(key, limit, now, shards)
+		e, err := l.entry(key, limit, shards)
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
@@ -134,7 +134,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 			parts[j] = home
 			continue
 		}
-		p, err := l.part(home.owner, limit, now, j, at)
+		p, err := l.part(home.owner, limit, j, at)
 		if err != nil {
 			continue // table full: make do with the parts there are
 		}
@@ -174,9 +174,9 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 // entry returns the live entry for key, split into shards parts, creating
 // it or updating its limit: the entry of this instance's home part of a
 // split key.
-func (l *Limiter) entry(key string, limit hybridlimit.Limit, now time.Time, shards int) (*entry, error) {
+func (l *Limiter) entry(key string, limit hybridlimit.Limit, shards int) (*entry, error) {
 	at := layout{shards: shards}
-	return l.lookup(l.table, key, key, limit, now, l.home(key, at.shards), at)
+	return l.lookup(l.table, key, key, limit, l.home(key, at.shards), at)
 }
 
 // home returns the part of a key split s ways that this instance spends
@@ -190,14 +190,14 @@ func (l *Limiter) home(key string, s int) int {
 
 // part returns the live entry of part j of key in layout at, which is not
 // the home part.
-func (l *Limiter) part(key string, limit hybridlimit.Limit, now time.Time, j int, at layout) (*entry, error) {
-	return l.lookup(l.parts, partName(key, j, at), key, limit, now, j, at)
+func (l *Limiter) part(key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
+	return l.lookup(l.parts, partName(key, j, at), key, limit, j, at)
 }
 
 // lookup finds or creates the entry called name in t, of part j of key in
 // layout at. A home entry in a layout a reshard made stays as it is
 // whatever the configuration says: the key's layout is what Redis says.
-func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, now time.Time, j int, at layout) (*entry, error) {
+func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
 	for {
 		if e := t.get(name); e != nil {
 			if e.dead.Load() {
@@ -219,6 +219,11 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, no
 		if l.tracked.Load() >= int64(l.cfg.maxKeys) {
 			return nil, fmt.Errorf("%w: %d", ErrTooManyKeys, l.cfg.maxKeys)
 		}
+		// A new entry starts at the limiter's clock, not the caller's
+		// time (AllowAt): its idle hold, demand and schedule count on that
+		// clock, and a caller's time years ahead held a lease and the
+		// entry in memory until the clock caught up.
+		now := l.cfg.clock.Now()
 		e, created := t.getOrInsert(name, func() *entry { return l.newEntry(name, key, limit, now, j, at) })
 		if created {
 			l.tracked.Add(1)

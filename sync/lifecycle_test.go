@@ -241,3 +241,31 @@ func TestCostAboveBurstAfterLimitShrinks(t *testing.T) {
 		t.Errorf("AllowN(cost 7, burst 5) = %+v, %v; want ErrCostExceedsBurst", r, err)
 	}
 }
+
+// TestCallerTimeAheadStillIdles makes a key's first decision at a
+// caller's time (AllowNAt) a day and 400 years ahead of the limiter's
+// clock, then leaves it idle for an hour of rounds: its lease goes back
+// and the entry is evicted, as for a key first decided now. Before, the
+// entry took its last use from the caller's time and kept both until the
+// clock got there (for ever, past the range of nanoseconds).
+func TestCallerTimeAheadStillIdles(t *testing.T) {
+	for _, years := range []int{-1, 0, 400} { // -1: now; 0: a day ahead
+		clk := newFakeClock()
+		l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0))
+		ctx := context.Background()
+		at := clk.Now()
+		if years >= 0 {
+			at = at.Add(24*time.Hour).AddDate(years, 0, 0)
+		}
+		if r, err := l.AllowNAt(ctx, at, "k", hybridlimit.PerSecond(1000), 1); err != nil || !r.Allowed {
+			t.Fatalf("first decision = %+v, %v", r, err)
+		}
+		for range 360 { // an hour of rounds, 10 s apart
+			clk.now.Add(int64(10 * time.Second))
+			_ = l.Sync(ctx)
+		}
+		if s := l.Stats(); s.Outstanding != 0 || s.Keys != 0 {
+			t.Errorf("first decided at %v: after an hour idle %d keys tracked, %d tokens held; want none", at, s.Keys, s.Outstanding)
+		}
+	}
+}
