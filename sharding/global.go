@@ -84,8 +84,10 @@ func WithPrefix(prefix string) GlobalOption {
 	return func(c *globalConfig) error { c.prefix = prefix; return nil }
 }
 
-// WithClock sets the clock of the Time layout and of remembered denials;
-// the default is time.Now. Example: WithClock(func() time.Time { return fake.Now() }).
+// WithClock sets the clock of the Time layout, which every caller of a key
+// must share; the default is time.Now. Remembered denials of the Suffix
+// layout always count on the monotonic clock, since Redis decides those
+// parts by its own time. Example: WithClock(func() time.Time { return fake.Now() }).
 func WithClock(now func() time.Time) GlobalOption {
 	return func(c *globalConfig) error {
 		if now == nil {
@@ -209,7 +211,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 			hybridlimit.ErrCostExceedsBurst, cost, smallest.Burst, limit, s)
 	}
 	start := int(g.next.Add(1) % uint64(s))
-	now := g.clock()
+	now := time.Now() // the parts decide by Redis TIME, whatever g.clock says
 	var retry time.Duration
 	for i := range s {
 		j := (start + i) % s
@@ -230,7 +232,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 		g.denials.note(pk, part, cost, now.Add(r.RetryAfter))
 		retry = minPositive(retry, r.RetryAfter)
 	}
-	return hybridlimit.Result{Limit: limit, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}, nil
+	return hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceGlobal, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}, nil
 }
 
 // Peek reports the state of key summed over its parts: Remaining is the

@@ -351,3 +351,29 @@ func TestTimeLayoutPeriodNotWholeMicros(t *testing.T) {
 		t.Errorf("one window admitted %d, quota 5", admitted)
 	}
 }
+
+// TestSuffixDenialsOnRealTime splits a key 2 ways under a clock that
+// never moves (WithClock, meant for the Time layout): a part's remembered
+// denial still ends when Redis would admit again, since Redis decides by
+// its own time. Before, the frozen clock kept every part remembered as
+// empty.
+func TestSuffixDenialsOnRealTime(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	frozen := time.Unix(1_800_000_000, 0)
+	g, err := sharding.NewGlobal(rdb, global.GCRA, sharding.Suffix, sharding.Fixed(2), sharding.WithPrefix(redistest.Prefix(t)),
+		sharding.WithClock(func() time.Time { return frozen }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := hybridlimit.Limit{Rate: 20, Period: time.Second, Burst: 2} // parts: 10/s, burst 1
+	for range 3 {
+		if _, err := g.Allow(ctx, "k", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // each part refills its token in 100ms
+	if r, err := g.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Errorf("Allow 300ms after both parts denied = %+v, %v; Redis would admit", r, err)
+	}
+}
