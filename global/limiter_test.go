@@ -212,3 +212,54 @@ func TestSlidingLogAllowAt(t *testing.T) {
 		}},
 	})
 }
+
+// TestTokenBucketPeriodChange asks one key under two ways of writing a
+// rate (60 a minute, then 1 a second, burst 2): the stored fraction of a
+// token was read in the units of the new period, half a token as thirty,
+// and the bucket filled. Both algorithms must admit at most burst plus
+// what 1.5s refills at 1/s.
+func TestTokenBucketPeriodChange(t *testing.T) {
+	c := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	perMin := hybridlimit.Limit{Rate: 60, Period: time.Minute, Burst: 2}
+	perSec := hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 2}
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		l, err := New(c, alg, WithPrefix(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var admitted int64
+		for _, s := range []struct {
+			at   time.Duration
+			lim  hybridlimit.Limit
+			cost int64
+		}{{0, perMin, 2}, {1500 * time.Millisecond, perMin, 1}, {1500*time.Millisecond + time.Microsecond, perSec, 2}} {
+			r, err := l.AllowAt(t.Context(), t0.Add(s.at), "k", s.lim, s.cost)
+			if err != nil {
+				t.Fatalf("%s at t0+%v: %v", alg, s.at, err)
+			}
+			if r.Allowed {
+				admitted += s.cost
+			}
+		}
+		if admitted > 3 {
+			t.Errorf("%s admitted %d tokens in 1.5s at 1/s, burst 2 (at most 3)", alg, admitted)
+		}
+	}
+	// A shorter period at the instant of the last write: the reply was
+	// malformed (a negative reset) and the key got a 1ms TTL.
+	hourly := hybridlimit.Limit{Rate: 1, Period: time.Hour, Burst: 3}
+	fast := hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 3}
+	l, err := New(c, TokenBucket, WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		at  time.Time
+		lim hybridlimit.Limit
+	}{{t0.Add(-30 * time.Minute), hourly}, {t0, hourly}, {t0, fast}} {
+		if _, err := l.AllowAt(t.Context(), s.at, "h", s.lim, 1); err != nil {
+			t.Errorf("AllowAt(%v, %v) = %v", s.at, s.lim, err)
+		}
+	}
+}

@@ -4,9 +4,10 @@
 -- continuously. A request of cost c is admitted, and spends c tokens, when
 -- the bucket holds at least c. A missing key is a full bucket.
 --
--- KEYS[1]  hash {n, m, ts}: n whole tokens; m the fraction of the next token
---          in units of 1/period_us (0 <= m < period_us); ts the time in
---          microseconds up to which refill has been credited.
+-- KEYS[1]  hash {n, m, ts, p}: n whole tokens; m the fraction of the next
+--          token in units of 1/p (0 <= m < p); ts the time in microseconds
+--          up to which refill has been credited; p the period_us that wrote
+--          them.
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  rate: tokens added per period, integer >= 1
 -- ARGV[3]  period_us: the period in microseconds, integer >= 1
@@ -30,10 +31,16 @@ local burst = int_arg(4)
 local cost = int_arg(5)
 local peek = ARGV[6] == '1'
 
-local st = redis.call('HMGET', key, 'n', 'm', 'ts')
+local st = redis.call('HMGET', key, 'n', 'm', 'ts', 'p')
 local n, m, ts = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
 if n == nil or m == nil or ts == nil then
   n, m, ts = burst, 0, now
+end
+if tonumber(st[4]) ~= period then
+  -- The fraction is in units of another period (the same key asked with
+  -- another Period, or state from before p was kept): read in this one it
+  -- could stand for many tokens. Drop it: less than a token, never more.
+  m = 0
 end
 if n >= burst then
   n, m = burst, 0 -- full, or the burst was lowered since the last write
@@ -65,7 +72,7 @@ if allowed and not peek then
 end
 local reset = lag + ceil_div((burst - n) * period - m, rate)
 if allowed and not peek then
-  redis.call('HSET', key, 'n', n, 'm', m, 'ts', ts)
+  redis.call('HSET', key, 'n', n, 'm', m, 'ts', ts, 'p', period)
   redis.call('PEXPIRE', key, ttl_ms(reset))
 end
 
