@@ -2,9 +2,9 @@
 GO ?= go
 export HYBRIDLIMIT_REQUIRE_REDIS = 1
 
-.PHONY: test redis vet fmt-check race bench
+.PHONY: test redis cc vet fmt-check race bench
 
-test: redis vet fmt-check race
+test: redis cc vet fmt-check race
 
 # Install redis-server when it is missing (Debian, as root). The tests start
 # and stop their own servers on free loopback ports.
@@ -17,11 +17,25 @@ redis:
 		fi; }
 	@redis-server --version
 
+# -race needs cgo, and so a C compiler, which minimal Debian images lack.
+cc:
+	@command -v "$$($(GO) env CC)" >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; \
+		else \
+			echo "a C compiler is missing (go test -race needs cgo): install gcc and re-run" >&2; exit 1; \
+		fi; }
+
+# bench/ is a module of its own (it pulls in the peers it is measured
+# against), which ./... leaves out.
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
+# gofmt from the toolchain GO names, not whichever is on PATH (or none: an
+# empty list from a missing gofmt passed).
 fmt-check:
-	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out="$$("$$($(GO) env GOROOT)/bin/gofmt" -l .)" || exit 1; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The hybrid limiter's suite runs a second time with every key's allowance
 # spread over per-CPU counters, which only hot keys get by default.

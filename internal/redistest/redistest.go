@@ -53,8 +53,10 @@ var shared struct {
 	started    []*Server
 }
 
-// Main runs the tests, stops every server this package started, and exits.
+// Main removes what crashed runs left, runs the tests, stops every server
+// this package started, and exits.
 func Main(m *testing.M) {
+	sweepDirs(os.TempDir())
 	code := m.Run()
 	shared.mu.Lock()
 	for _, s := range shared.started {
@@ -62,6 +64,31 @@ func Main(m *testing.M) {
 	}
 	shared.mu.Unlock()
 	os.Exit(code)
+}
+
+// dirPrefix and the test binary's pid start each server's directory name,
+// so that a later run can tell the directories of a binary that died
+// without cleaning up (a panic, a -timeout) from those of one running.
+const dirPrefix = "redistest-"
+
+// sweepDirs removes the server directories in tmp of test binaries that are
+// no longer running. Their servers died with them (Pdeathsig).
+func sweepDirs(tmp string) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
+		pidText, _, found := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || !found || err != nil || pid <= 0 || !e.IsDir() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
+	}
 }
 
 func requireBinary(tb testing.TB) {
@@ -134,7 +161,7 @@ func startOnce(directives []string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "redistest-")
+	dir, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, err
 	}
