@@ -51,7 +51,9 @@ import (
 // the usual ones), or 2^62 tokens beyond 10^9 tokens per second, which is
 // about an hour at the largest limit Validate accepts (2^40 per
 // millisecond). A bucket left untouched for longer may read as empty until
-// as long again has passed; Table forgets idle buckets long before.
+// as long again has passed. A Table forgets an idle full bucket only when
+// an insert into its shard or Sweep finds it, so at such limits call Sweep
+// more often than that; a Bucket should be used within it.
 //
 // The zero Core holds no tokens and refuses every cost; use NewCore. A Core
 // is a value: copy it to snapshot it. It is not safe for concurrent use.

@@ -33,8 +33,9 @@ func defaultOptions() options { return options{maxKeys: DefaultMaxKeys} }
 // (forgetting it loses nothing), and otherwise the bucket closest to full
 // among a small sample, forgiving that key the tokens it had not yet earned
 // back.
-// The bound is enforced per shard, as ceil(n/shards) keys each, so a Table
-// may start evicting a little before it holds n keys in all.
+// The bound is enforced per shard, as floor(n/shards) keys each (with no
+// more shards than n), so a Table may start evicting a little before it
+// holds n keys in all, never after.
 //
 // For example, WithMaxKeys(100_000) caps a table of per-client limits at
 // 100,000 clients, roughly 10 MB, however many distinct clients appear.
@@ -47,7 +48,8 @@ func WithMaxKeys(n int) Option { return optionFunc(func(o *options) { o.maxKeys 
 //
 // For example, WithShards(16) suits a table of a few thousand keys that a
 // handful of goroutines share. The default is 256 shards, fewer when
-// WithMaxKeys leaves under 64 keys a shard.
+// WithMaxKeys leaves under 64 keys a shard; never more shards than
+// WithMaxKeys allows keys.
 func WithShards(n int) Option { return optionFunc(func(o *options) { o.shards = n }) }
 
 // resolve applies opts over the defaults and checks the result.
@@ -69,6 +71,9 @@ func resolve(opts []Option) (options, error) {
 	}
 	if o.shards < 1 || o.shards > maxShards || o.shards&(o.shards-1) != 0 {
 		return o, fmt.Errorf("local: %d shards is not a power of two in [1, %d]", o.shards, maxShards)
+	}
+	for o.shards > o.maxKeys { // every shard holds a key at least
+		o.shards /= 2
 	}
 	return o, nil
 }

@@ -165,7 +165,7 @@ func NewTable(opts ...Option) (*Table, error) {
 		seed:     maphash.MakeSeed(),
 		base:     time.Now(),
 		mask:     uint64(o.shards - 1),
-		perShard: (o.maxKeys + o.shards - 1) / o.shards,
+		perShard: o.maxKeys / o.shards,
 		shards:   make([]shard, o.shards),
 		tomb:     &entry{},
 		interned: make(map[hybridlimit.Limit]*params),

@@ -192,6 +192,32 @@ func TestTableCapacity(t *testing.T) {
 	}
 }
 
+// TestTableMaxKeysIsABound fills tables whose key bound does not divide
+// evenly over their shards, or is below their shard count: they held up
+// to a shard count's worth of keys more (256 for WithMaxKeys(10) over
+// 256 shards, 16,640 for 16,385 over the default 256).
+func TestTableMaxKeysIsABound(t *testing.T) {
+	l := hybridlimit.PerSecond(10)
+	for _, tc := range []struct {
+		opts []Option
+		max  int
+	}{
+		{[]Option{WithMaxKeys(10), WithShards(256)}, 10},
+		{[]Option{WithMaxKeys(64*256 + 1)}, 64*256 + 1},
+		{[]Option{WithMaxKeys(3), WithShards(2)}, 3},
+	} {
+		tb, t0 := mustTable(t, tc.opts...), time.Now()
+		for i := range 4 * tc.max {
+			if _, err := tb.AllowN("k"+strconv.Itoa(i), t0, l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := tb.Len(); got > tc.max || got < tc.max/2 {
+			t.Errorf("WithMaxKeys(%d): Len() = %d after %d keys, want at most %d and not far below", tc.max, got, 4*tc.max, tc.max)
+		}
+	}
+}
+
 // TestTableEvictChoice checks the choice of victim: an idle bucket first,
 // else the bucket holding the largest share of its burst.
 func TestTableEvictChoice(t *testing.T) {
