@@ -9,7 +9,8 @@ import (
 )
 
 // Bounds on a Limit. They keep every quantity exact in the float64 arithmetic
-// of Redis Lua (integers below 2^53) and keep every TTL finite and sane.
+// of Redis Lua (integers below 2^50, whose products the scripts divide
+// exactly) and keep every TTL finite and sane.
 const (
 	// MaxQuantity bounds Rate, Burst and any single cost.
 	MaxQuantity = 1 << 40

@@ -50,8 +50,10 @@ type Lease struct {
 	// ID names the lease, random and unique.
 	ID string
 	// Expires is when the lease ends if not released, by the clock of the
-	// decision (Redis TIME, approximated by the local clock, or the time an
-	// At method supplied).
+	// decision: the time an At method supplied, or else Redis TIME,
+	// approximated by the local clock read before the call, so a holder
+	// on a clock in step with Redis's sees its lease end no later than
+	// Redis does.
 	Expires time.Time
 }
 
@@ -142,6 +144,12 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 	if err != nil {
 		return Lease{}, hybridlimit.Result{}, fmt.Errorf("global: concurrency: %w", err)
 	}
+	// Redis starts the lease at its TIME, after this; the holder's clock
+	// read before the call can only end the lease sooner than Redis does.
+	start := time.Now()
+	if nowUS != 0 {
+		start = time.UnixMicro(nowUS)
+	}
 	reply, err := lua.ConcurrencyAcquire.Run(ctx, c.rdb, keys, args...)
 	if err != nil {
 		return Lease{}, hybridlimit.Result{}, redisError(ctx, "concurrency", err)
@@ -161,16 +169,16 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 	if !d.Allowed || peek {
 		return Lease{}, r, nil
 	}
-	start := time.Now()
-	if nowUS != 0 {
-		start = time.UnixMicro(nowUS)
-	}
 	return Lease{Key: key, ID: id, Expires: start.Add(time.Duration(ttl) * time.Microsecond)}, r, nil
 }
 
 // Release gives back a lease. It reports whether the lease was still held:
 // false when it had expired (its work may have overlapped another holder's)
-// or was already released. Releasing twice is harmless.
+// or was already released. Releasing twice is harmless. A client that runs
+// the call again after losing its reply (go-redis does, by default) makes
+// the second run find the lease gone and report false for a lease the
+// first run released in time: treat false as "may have expired", or turn
+// the client's retries off to make it exact.
 func (c *Concurrency) Release(ctx context.Context, lease Lease) (bool, error) {
 	return c.release(ctx, 0, lease)
 }

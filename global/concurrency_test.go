@@ -262,3 +262,32 @@ func TestConcurrencyAcquireRetried(t *testing.T) {
 		t.Errorf("%d leases held after the only one was released", n)
 	}
 }
+
+// TestConcurrencyLeaseExpiresNoLater delays every reply by 100ms: the
+// Expires a holder is told must not be later than the expiry Redis keeps,
+// or the holder works on after its slot went to someone else. It was set
+// from the time the reply arrived, a round trip late.
+func TestConcurrencyLeaseExpiresNoLater(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	px := faultproxy.Start(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: px.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	p := redistest.Prefix(t)
+	cc, err := NewConcurrency(c, WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Delay(100 * time.Millisecond)
+	l, r, err := cc.Acquire(t.Context(), "k", ConcurrencyLimit{MaxInFlight: 2, LeaseTTL: time.Minute})
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	score, err := srv.Client(t).ZScore(t.Context(), p+"{k}:cc", l.ID).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late := l.Expires.UnixMicro() - int64(score); late > 0 {
+		t.Errorf("Lease.Expires is %v later than the lease's expiry in Redis", time.Duration(late)*time.Microsecond)
+	}
+}

@@ -116,6 +116,22 @@ var bucketRows = func() []row {
 			{time.Second, 3, false, true, 0, 0, time.Second},
 			{0, 1, false, false, 0, 1333334 * us, 2 * time.Second},
 		}},
+		// Products such as elapsed*Rate and Burst*Period pass 2^53 below,
+		// where a Lua number stops being exact.
+		{"a refill past 2^53 counts every whole token", hybridlimit.PerHour(1e10), []step{
+			{0, 1e10, false, true, 0, 0, time.Hour},
+			{2312528663 * us, 6423690730, true, true, 6423690730, 0, 1287471337 * us}, // 6423690730.56 tokens
+			{2312528663 * us, 6423690730, false, true, 0, 0, time.Hour},
+		}},
+		{"a deep refill past 2^53 decides", hybridlimit.Limit{Rate: 1e8, Period: time.Hour, Burst: 1e10}, []step{
+			{0, 1e10, false, true, 0, 0, 100 * time.Hour},
+			{288907563266 * us, 8025210091, false, false, 8025210090, 10 * us, 71092436734 * us}, // 8025210090.72 tokens
+			{288907563266 * us, 8025210090, false, true, 0, 0, 359999999974 * us},
+		}},
+		{"a burst times period past 2^53 is all remaining", hybridlimit.Limit{Rate: 999_999_999_999, Period: 24 * time.Hour, Burst: 999_999_999_999}, []step{
+			{0, 1, true, true, 999_999_999_999, 0, 0},
+			{0, 1, false, true, 999_999_999_998, 0, 1 * us},
+		}},
 	}
 }()
 
@@ -179,6 +195,13 @@ func TestSlidingWindowAllowAt(t *testing.T) {
 			{30 * time.Second, 4, false, true, 6, 0, 90 * time.Second},
 			{90 * time.Second, 6, true, true, 8, 0, 30 * time.Second},
 		}},
+		// prev*left passes 2^53: the weight must still round up exactly.
+		{"a weight past 2^53 is exact", hybridlimit.PerHour(1e10), []step{
+			{-time.Hour, 5_787_020_512, false, true, 4_212_979_488, 0, 2 * time.Hour},
+			{0, 3_961_086_156, false, true, 251_893_332, 0, 2 * time.Hour},
+			{1_256_438_568 * us, 1, true, true, 2_271_625_488, 0, 5_943_561_432 * us},
+			{1_256_438_568 * us, 2_271_625_489, true, false, 2_271_625_488, 1 * us, 5_943_561_432 * us},
+		}},
 	})
 }
 
@@ -209,6 +232,19 @@ func TestSlidingLogAllowAt(t *testing.T) {
 			{0, 3, true, true, 3, 0, 0},
 			{0, 2, false, true, 1, 0, time.Minute},
 			{30 * time.Second, 2, true, false, 1, 30 * time.Second, 30 * time.Second},
+		}},
+		// The request stamped 30s comes after one stamped 61s, which
+		// dropped the first two from the log. Logged at 30s, it left the
+		// log at 90s and a fourth request fit in the 60s that end at 91s;
+		// logged at 61s, the later time already seen, it stays as long.
+		// Times in replies count from the caller's clock, as the fixed
+		// window's do.
+		{"a clock that steps back counts at the later time", three, []step{
+			{0, 2, false, true, 1, 0, time.Minute},
+			{61 * time.Second, 1, false, true, 2, 0, time.Minute},
+			{30 * time.Second, 2, false, true, 0, 0, 91 * time.Second},
+			{30 * time.Second, 1, true, false, 0, 91 * time.Second, 91 * time.Second},
+			{91 * time.Second, 1, false, false, 0, 30 * time.Second, 30 * time.Second},
 		}},
 	})
 }
@@ -262,4 +298,40 @@ func TestTokenBucketPeriodChange(t *testing.T) {
 			t.Errorf("AllowAt(%v, %v) = %v", s.at, s.lim, err)
 		}
 	}
+}
+
+// TestGCRARateChange asks one key under a rate of 2^40 an hour, then 1 a
+// second: the stored fraction of a microsecond, in units of 1/2^40, was
+// read in units of the new rate, 1us, as an hour, and the key reported
+// nothing remaining for an hour. It must count as at most 1us.
+func TestGCRARateChange(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	l, err := New(c, GCRA, WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := hybridlimit.Limit{Rate: 1 << 40, Period: time.Hour, Burst: 1 << 40}
+	run(t, l, "k", row{"half the bucket", huge, []step{
+		{0, 1<<39 + 1, false, true, 1<<39 - 1, 0, 1_800_000_001 * us},
+	}})
+	run(t, l, "k", row{"then one a second", hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 3600}, []step{
+		{time.Second, 1, true, true, 1800, 0, 1_799_000_001 * us},
+		{time.Second, 1, false, true, 1799, 0, 1_800_000_001 * us},
+	}})
+	// State from before the rate was stored, written under 2^40 an hour:
+	// its fraction is taken to the next whole microsecond.
+	key, err := keyNames(l.ks, "old", kindGCRA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(t.Context(), key[0], "t", t0.UnixMicro()+1000, "f", 5e9).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpire(t.Context(), key[0], time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, l, "old", row{"state without the rate", hybridlimit.PerSecond(3), []step{
+		{0, 1, true, true, 2, 0, 1001 * us},
+	}})
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -46,6 +47,11 @@ func search(hi int64, f func(x int64) bool) int64 {
 
 func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
 
+// mulRat returns a*b/d exactly: the products of huge limits pass int64.
+func mulRat(a, b, d int64) *big.Rat {
+	return new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)), big.NewInt(d))
+}
+
 func floorRat(r *big.Rat) int64 {
 	q := new(big.Int).Quo(r.Num(), r.Denom()) // truncates toward zero
 	if r.Sign() < 0 && !r.IsInt() {
@@ -68,7 +74,7 @@ func (m *bucketModel) at(now int64) *big.Rat {
 	}
 	t := new(big.Rat).Set(m.tokens)
 	if now > m.ts {
-		t.Add(t, new(big.Rat).SetFrac64((now-m.ts)*m.rate, m.period))
+		t.Add(t, mulRat(now-m.ts, m.rate, m.period))
 	}
 	if t.Cmp(rat(m.burst)) > 0 {
 		t = rat(m.burst)
@@ -86,7 +92,7 @@ func (m *bucketModel) decide(now, cost int64, peek bool) decision {
 	after := func(x int64) *big.Rat { // tokens x us later, nothing spent
 		return (&bucketModel{rate: m.rate, period: m.period, burst: m.burst, tokens: tok, ts: now}).at(now + x)
 	}
-	full := m.burst * m.period / m.rate // an upper bound on any wait, +1
+	full := floorRat(mulRat(m.burst, m.period, m.rate)) // an upper bound on any wait, +1
 	d := decision{ok: ok, rem: floorRat(tok)}
 	if !ok {
 		d.retry = search(full+1, func(x int64) bool { return after(x).Cmp(rat(cost)) >= 0 })
@@ -128,7 +134,7 @@ func fixedUsed(m *windowModel, now int64) *big.Rat {
 func slidingUsed(m *windowModel, now int64) *big.Rat {
 	s := windowStart(now, m.period)
 	cur, prev := m.sum(s, s+m.period), m.sum(s-m.period, s)
-	est := new(big.Rat).SetFrac64(prev*(m.period-(now-s)), m.period)
+	est := mulRat(prev, m.period-(now-s), m.period)
 	return est.Add(est, rat(cur))
 }
 
@@ -187,8 +193,19 @@ var modelLimits = []hybridlimit.Limit{
 	{Rate: 1_000_000, Period: 1_000_000 * us, Burst: 1_000_000},
 	{Rate: 1_000_000_000, Period: 1_000_000 * us, Burst: 1_000_000_000},
 	{Rate: 13, Period: 1_000_001 * us, Burst: 13},
+	// Products such as Burst*Period and elapsed*Rate pass 2^53, where a Lua
+	// number stops being exact.
+	hybridlimit.PerHour(1e10),
+	{Rate: 1e8, Period: time.Hour, Burst: 1e10},
+	{Rate: 999_999_999_999, Period: 24 * time.Hour, Burst: 999_999_999_999},
+	{Rate: 1 << 40, Period: 366 * 24 * time.Hour, Burst: 1 << 40},
 }
 
+// TestScriptsMatchModels runs on miniredis, whose TTLs do not run: the
+// sequences jump the caller's clock by hours between calls a real server
+// sees microseconds apart, and keys that ought to live by the caller's
+// clock would expire by the server's. Real Redis's Lua does the same
+// arithmetic (lua.TestMulDiv).
 func TestScriptsMatchModels(t *testing.T) {
 	redistest.NoLeaks(t)
 	mr := miniredis.RunT(t)

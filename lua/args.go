@@ -8,6 +8,11 @@ import (
 // maxExact is 2^53: integers up to it are exact in a Lua number.
 const maxExact = 1 << 53
 
+// maxWide is 2^50: the scripts' mul_div (preamble.lua) is exact for
+// divisors and quotients below it, so a period, a burst, a rate and the
+// time an empty bucket takes to fill must be below it.
+const maxWide = 1 << 50
+
 // Params are the numbers of one rate-limiting decision, in the units the
 // scripts use. The caller validates them (see hybridlimit.Limit.Validate):
 // every field but Now must be at least 1, Cost at most Burst.
@@ -39,8 +44,8 @@ func (p Params) peek() int64 {
 }
 
 func (p Params) check() error {
-	if p.Now < 0 || p.Now >= maxExact || p.PeriodUS < 1 || p.PeriodUS >= maxExact ||
-		p.Burst < 1 || p.Burst >= maxExact || p.Cost < 1 || p.Cost > p.Burst {
+	if p.Now < 0 || p.Now >= maxExact || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
+		p.Burst < 1 || p.Burst >= maxWide || p.Cost < 1 || p.Cost > p.Burst {
 		return ErrParams
 	}
 	return nil
@@ -48,7 +53,10 @@ func (p Params) check() error {
 
 // TokenBucketArgs returns ARGV for TokenBucket.
 func (p Params) TokenBucketArgs() ([]any, error) {
-	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxExact {
+	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
+		return nil, ErrParams
+	}
+	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok { // the time to fill
 		return nil, ErrParams
 	}
 	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, p.peek()}, nil
@@ -58,7 +66,7 @@ func (p Params) TokenBucketArgs() ([]any, error) {
 // interval (PeriodUS/Rate), each split into whole microseconds and a
 // remainder in 1/Rate microseconds, computed in 128-bit integers.
 func (p Params) GCRAArgs() ([]any, error) {
-	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxExact {
+	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
 		return nil, ErrParams
 	}
 	incQ, incR, ok := mulDiv(p.Cost, p.PeriodUS, p.Rate)
@@ -99,14 +107,15 @@ func ReleaseArgs(now int64, id string) ([]any, error) {
 }
 
 // mulDiv returns q, r with a*b = q*d + r, 0 <= r < d, and ok when q is below
-// 2^53 so the script can hold it exactly. a, b >= 0, d >= 1.
+// 2^50 (maxWide), so the script's mul_div can work with it exactly. a, b >= 0,
+// d >= 1.
 func mulDiv(a, b, d int64) (q, r int64, ok bool) {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
 	if hi >= uint64(d) { // the quotient would not fit 64 bits
 		return 0, 0, false
 	}
 	uq, ur := bits.Div64(hi, lo, uint64(d))
-	if uq >= maxExact {
+	if uq >= maxWide {
 		return 0, 0, false
 	}
 	return int64(uq), int64(ur), true

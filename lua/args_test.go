@@ -44,10 +44,24 @@ func TestParamsRejects(t *testing.T) {
 			t.Errorf("%+v: TokenBucketArgs %v, GCRAArgs %v; want ErrParams", p, err1, err2)
 		}
 	}
-	// burst*T of 2^60 microseconds cannot be held exactly in Lua: GCRA
-	// refuses it (hybridlimit.Limit.Validate rejects such limits anyway).
-	if _, err := (Params{Rate: 1, PeriodUS: 1 << 40, Burst: 1 << 20, Cost: 1}).GCRAArgs(); !errors.Is(err, ErrParams) {
-		t.Errorf("GCRAArgs with a 2^60us tolerance: %v, want ErrParams", err)
+	// A bucket that fills in 2^50 microseconds or more is past what the
+	// scripts' mul_div computes exactly (hybridlimit.Limit.Validate rejects
+	// such limits anyway); 2^50 - 1 is not.
+	for _, tt := range []struct {
+		p  Params
+		ok bool
+	}{
+		{Params{Rate: 1, PeriodUS: 1 << 40, Burst: 1 << 10, Cost: 1}, false},
+		{Params{Rate: 3, PeriodUS: 1<<50 - 1, Burst: 3, Cost: 1}, true},
+		{Params{Rate: 3, PeriodUS: 1<<40 + 1, Burst: 3 << 10, Cost: 1}, false},
+		{Params{Rate: 1, PeriodUS: 1 << 50, Burst: 1, Cost: 1}, false},
+		{Params{Rate: 1 << 50, PeriodUS: 1, Burst: 1, Cost: 1}, false},
+	} {
+		_, err1 := tt.p.TokenBucketArgs()
+		_, err2 := tt.p.GCRAArgs()
+		if ok := err1 == nil && err2 == nil; ok != tt.ok || !tt.ok && (!errors.Is(err1, ErrParams) || !errors.Is(err2, ErrParams)) {
+			t.Errorf("%+v: TokenBucketArgs %v, GCRAArgs %v; want ok %v", tt.p, err1, err2, tt.ok)
+		}
 	}
 	if _, err := good.GCRAArgs(); err != nil {
 		t.Errorf("%+v: %v", good, err)

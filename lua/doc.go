@@ -5,8 +5,8 @@
 //
 // Each .lua file opens with a header listing its KEYS and ARGV, with units,
 // and the shape of its reply. The helpers every script shares (the clock,
-// exact integer division, TTL rounding) live once in preamble.lua, which is
-// prepended to each script before its SHA1 is taken.
+// exact integer division and products, TTL rounding) live once in
+// preamble.lua, which is prepended to each script before its SHA1 is taken.
 //
 // Time. A script reads the clock with Redis TIME, so every client of a
 // limiter shares one clock, unless the caller passes a positive time in
@@ -19,6 +19,9 @@
 // compare is an integer below 2^53 (microseconds, token counts, fractions
 // scaled to integer numerators), and replies are integers, so nothing is
 // lost to rounding or to Redis truncating a Lua number to an integer reply.
+// A product that can pass 2^53, such as burst times period, is divided by
+// the preamble's mul_div, exactly, in 26-bit limbs; Params refuses limits
+// whose quotients would reach 2^50, past what mul_div handles.
 //
 // Params builds each script's ARGV from plain integers, so the argument
 // order lives next to the scripts. This package knows nothing of its

@@ -11,7 +11,8 @@
 -- Every comparison is then between integers: no rounding, whatever the
 -- limit.
 --
--- KEYS[1]  hash {t, f}: TAT = t + f/rate microseconds since the Unix epoch
+-- KEYS[1]  hash {t, f, r}: TAT = t + f/r microseconds since the Unix
+--          epoch; r the rate that wrote them (0 <= f < r)
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  rate: requests per period, integer >= 1
 -- ARGV[3]  period_us: the period in microseconds, integer >= 1
@@ -23,9 +24,10 @@
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}
 --
--- remaining = floor((burst*T - (TAT - now)) / T), exact while
--- burst*period_us < 2^53. TTL: TAT - now (when the limiter is idle again),
--- set on every write; a denial or a peek writes nothing.
+-- remaining = floor((burst*T - (TAT - now)) / T), exact: the product
+-- with rate, past 2^53 for large limits, goes through mul_div. TTL:
+-- TAT - now (when the limiter is idle again), set on every write; a denial
+-- or a peek writes nothing.
 
 local key = KEYS[1]
 local now = now_us()
@@ -35,8 +37,22 @@ local inc_q, inc_r = int_arg(4), int_arg(5)
 local tol_q, tol_r = int_arg(6), int_arg(7)
 local peek = ARGV[8] == '1'
 
-local st = redis.call('HMGET', key, 't', 'f')
-local t, f = tonumber(st[1]), tonumber(st[2])
+local st = redis.call('HMGET', key, 't', 'f', 'r')
+local t, f, r = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+if t ~= nil and f ~= nil and f > 0 and r ~= rate then
+  -- f is in units of 1/r us (the same key asked with another Rate): read in
+  -- this rate's units it could stand for hours. Round it up into them: TAT
+  -- later by less than 1/rate us. State from before r was kept: to the next
+  -- whole microsecond.
+  if r == nil then
+    f = rate
+  else
+    f = ceil_mul_div(f, rate, 0, r)
+  end
+  if f == rate then
+    t, f = t + 1, 0
+  end
+end
 if t == nil or f == nil or t < now then
   t, f = now, 0 -- idle: t < now means TAT < now, as f/rate < 1
 end
@@ -65,13 +81,16 @@ if f > 0 then
   reset = reset + 1
 end
 if allowed and not peek then
-  redis.call('HSET', key, 't', t, 'f', f)
+  redis.call('HSET', key, 't', t, 'f', f, 'r', rate)
   redis.call('PEXPIRE', key, ttl_ms(reset))
 end
 
-local w = (tol_q - (t - now)) * rate + (tol_r - f)
+-- In units of 1/rate us, burst*T - (TAT - now) is x*rate + tol_r - f and
+-- T is period.
+local x = tol_q - (t - now)
 local remaining = 0
-if w > 0 then
-  remaining = floor_div(w, period)
+if x >= 0 then
+  local q = mul_div(x, rate, tol_r - f, period)
+  remaining = math.max(q, 0)
 end
 return {allowed and 1 or 0, remaining, retry, reset}

@@ -20,6 +20,8 @@
 --                     full, up to full;
 --            "mark"   set the marker if the bucket is a marker already
 --                     or full (the default layout of a moved key);
+--            "check"  change nothing; done is 1 if the bucket is open
+--                     (not a marker), so still part of the key's layout;
 --            "lock"   set KEYS[1] to the marker (here an owner's name)
 --                     unless it exists, for ARGV[7] milliseconds;
 --            "unlock" delete KEYS[1] if it holds the marker.
@@ -67,7 +69,9 @@ local function set(t, until_ms)
   end
 end
 
-if op == 'open' then
+if op == 'check' then
+  return {closed and 0 or 1, 0, now}
+elseif op == 'open' then
   if exists then return {0, 0, now} end
   set(string.format('%.17g', now + tolerance), now_ms + ttl_ms(tolerance))
   return {1, 0, now}
@@ -79,7 +83,7 @@ elseif op == 'close' then
   return {1, held, now}
 elseif op == 'credit' then
   if closed or not exists then return {0, 0, now} end
-  local tat = math.max(now, tonumber(raw) - n * interval)
+  local tat = math.max(now, later(tonumber(raw), -n * interval))
   local t = tat_text(tat, now, raw)
   if t then set(t, now_ms + ttl_ms(tat - now)) end
   return {1, 0, now}

@@ -9,8 +9,9 @@
 --          in microseconds; the member is "<time_us>:<seq>:<cost>", unique
 --          because seq comes from a counter (a cost is never split into
 --          members, so a large cost is one member)
--- KEYS[2]  hash {seq, sum}: the member counter, and the total cost of the
---          members of KEYS[1]; same hash tag, so same slot, as KEYS[1]
+-- KEYS[2]  hash {seq, sum, t}: the member counter, the total cost of the
+--          members of KEYS[1], and the latest time a call wrote at; same
+--          hash tag, so same slot, as KEYS[1]
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  period_us: the window length in microseconds, integer >= 1
 -- ARGV[3]  quota: cost admitted per window, integer >= 1
@@ -19,13 +20,20 @@
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}
 --
--- Members scored at or before now - period_us have left the window and are
+-- The log's time never runs back: a call stamped earlier than t (a clock
+-- that stepped back, callers' clocks that disagree) is decided and logged
+-- at t. Logged at its own time it would leave the window before requests
+-- already logged at t, whose window dropped members it should have seen,
+-- and the windows ending after t would over-admit. Times in the reply
+-- count from the caller's now, as the fixed window's do.
+--
+-- Members scored at or before t - period_us have left the window and are
 -- removed (their cost taken off sum) by any call but a peek; the work is
 -- amortised, each member is removed once. retry_after is the time until
 -- enough of the oldest members leave; reset_after the time until the
--- newest one does. TTL: period (the newest member's lifetime) on both keys,
--- set on every admission and on meta whenever it is written; removing
--- members never needs a longer TTL on the log.
+-- newest one does. TTL: the newest member's lifetime, t + period - now,
+-- on both keys, set on every admission and on meta whenever it is
+-- written; removing members never needs a longer TTL on the log.
 
 local log, meta = KEYS[1], KEYS[2]
 local now = now_us()
@@ -38,8 +46,8 @@ local function cost_of(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
 end
 
-local cutoff = now - period
-local sum = tonumber(redis.call('HGET', meta, 'sum'))
+local st = redis.call('HMGET', meta, 'sum', 't')
+local sum, t = tonumber(st[1]), tonumber(st[2])
 if sum == nil or redis.call('EXISTS', log) == 0 then
   -- A new limiter, or one key of the pair evicted: rebuild the sum from
   -- the log (an empty log, when the log is the one missing).
@@ -48,6 +56,17 @@ if sum == nil or redis.call('EXISTS', log) == 0 then
     sum = sum + cost_of(member)
   end
 end
+if t == nil then
+  -- meta lost, or written before it kept t: the newest member stands in.
+  local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  t = tonumber(newest[2]) or now
+end
+if now > t then
+  t = now
+end
+local ttl = ttl_ms(t - now + period)
+
+local cutoff = t - period
 local old = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
 for _, member in ipairs(old) do
   sum = sum - cost_of(member)
@@ -57,17 +76,16 @@ if sum < 0 then
 end
 if #old > 0 and not peek then
   redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff)
-  redis.call('HSET', meta, 'sum', sum)
-  redis.call('PEXPIRE', meta, ttl_ms(period)) -- meta may have been rebuilt
+  redis.call('HSET', meta, 'sum', sum, 't', t)
+  redis.call('PEXPIRE', meta, ttl) -- meta may have been rebuilt
 end
 
 local allowed = sum + cost <= quota
 if allowed and not peek then
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
-  redis.call('ZADD', log, now, string.format('%d:%d:%d', now, seq, cost))
+  redis.call('ZADD', log, t, string.format('%d:%d:%d', t, seq, cost))
   sum = sum + cost
-  redis.call('HSET', meta, 'sum', sum)
-  local ttl = ttl_ms(period)
+  redis.call('HSET', meta, 'sum', sum, 't', t)
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
 end
@@ -84,7 +102,7 @@ if not allowed then
   local need = sum + cost - quota
   local bound = '(' .. string.format('%d', cutoff)
   local entries = redis.call('ZRANGEBYSCORE', log, bound, '+inf', 'WITHSCORES', 'LIMIT', 0, need)
-  retry = period -- unreachable unless the log and sum disagree
+  retry = t - now + period -- unreachable unless the log and sum disagree
   local freed = 0
   for i = 1, #entries, 2 do
     freed = freed + cost_of(entries[i])

@@ -9,10 +9,11 @@
 --
 --   prev * left / period_us + cur
 --
--- A request of cost c is admitted when estimate + c <= quota, computed
--- exactly as prev*left + (cur + c)*period_us <= quota*period_us (exact while
--- quota*period_us < 2^53; above that, rounding is below 1 part in 2^52).
--- remaining = quota - cur - ceil(prev*left / period_us), at least 0.
+-- A request of cost c is admitted when estimate + c <= quota, that is when
+-- cur + ceil(prev*left / period_us) + c <= quota, as every other term is
+-- whole. remaining = quota - cur - ceil(prev*left / period_us), at least 0.
+-- Products such as prev*left, past 2^53 for large limits, go through
+-- mul_div: every decision and time is exact.
 --
 -- KEYS[1]  hash {w, c, p}: w the start of the current window in
 --          microseconds since the Unix epoch; c the cost admitted in it; p
@@ -56,14 +57,15 @@ if elapsed < 0 then
   elapsed = 0
 end
 local left = period - elapsed
-local allowed = prev * left + (cur + cost) * period <= quota * period
+local weighed = ceil_mul_div(prev, left, 0, period) -- of prev, still counted
+local allowed = cur + weighed + cost <= quota
 if allowed and not peek then
   cur = cur + cost
   redis.call('HSET', key, 'w', start, 'c', cur, 'p', prev)
   redis.call('PEXPIRE', key, ttl_ms(start + 2 * period - now))
 end
 
-local remaining = quota - cur - ceil_div(prev * left, period)
+local remaining = quota - cur - weighed
 if remaining < 0 then
   remaining = 0
 end
@@ -73,10 +75,11 @@ if not allowed then
   if cur + cost > quota then
     -- Not before the next window, where cur becomes the previous count and
     -- must decay until cur*(period - x) + cost*period <= quota*period.
-    retry = (start + period - now) + ceil_div((cur + cost - quota) * period, cur)
+    retry = (start + period - now) + ceil_mul_div(cur + cost - quota, period, 0, cur)
   else
-    -- Within this window, once prev*(left - x) <= (quota - cur - cost)*period.
-    retry = ceil_div(prev * left - (quota - cur - cost) * period, prev)
+    -- Within this window, once prev*(left - x) <= (quota - cur - cost)*period:
+    -- x >= left - floor((quota - cur - cost)*period / prev), below left.
+    retry = left - mul_div(quota - cur - cost, period, 0, prev)
   end
 end
 

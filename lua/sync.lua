@@ -10,11 +10,12 @@
 --     bucket as far as it holds tokens; below it, the difference is returned.
 --   report ("o"): value = tokens the instance has admitted in all. What is
 --     above the ledger's total is debited from the bucket, which may go into
---     debt at most one burst deep, so over-admission is paid back by later
---     denials instead of forgotten. The reply also carries the allowance the
---     instance may admit before its next report. With an overshoot budget
---     (ARGV per key, >= 0) the allowances of all instances, each recorded
---     in a hash until it lapses, never add up to more than what the bucket
+--     debt at most one burst (or the budget, if more) deep, so
+--     over-admission is paid back by later denials instead of forgotten.
+--     The reply also carries the allowance the instance may admit before
+--     its next report. With an overshoot budget (ARGV per key, >= 0) the
+--     allowances of all instances, each recorded in a hash until it
+--     lapses, never add up to more than what the bucket
 --     holds plus the budget; without one (-1) the allowance is everything
 --     the bucket holds. An instance keeps spending what it holds until the
 --     reply arrives, and may never get the reply, so its recorded allowance
@@ -188,14 +189,17 @@ for i = 1, #KEYS / 2 do
   local fresh = seq > lseq and moved_s == 0
   if fresh then
     if reserve and value < total then
-      tat = math.max(now, tat - (total - value) * interval)
+      tat = math.max(now, later(tat, -(total - value) * interval))
       total = value
     elseif reserve and value > total then
       local grant = math.min(value - total, math.max(available(tat, tolerance, interval), 0))
-      tat = tat + grant * interval
+      tat = later(tat, grant * interval)
       total = total + grant
     elseif not reserve and value > total then
-      tat = math.min(tat + (value - total) * interval, now + 2 * tolerance)
+      -- The debt is kept as deep as admissions can go: a burst, or the
+      -- budget when that is more; forgiven past it, a budget above one
+      -- burst was handed out again once a burst had refilled.
+      tat = math.min(later(tat, (value - total) * interval), now + tolerance + math.max(tolerance, budget * interval))
       total = value
     end
     if not l then prune(bkey) end

@@ -78,3 +78,54 @@ func TestSyncBucketHash(t *testing.T) {
 		t.Errorf("keys without TTL: %v", noTTL)
 	}
 }
+
+// TestSyncSmallGrantsAtHighRates asks, one token a message at a frozen
+// clock, for more than the burst of a key refilled at 10M tokens a second.
+// A token is then a tenth of a microsecond, less than half the step of a
+// float counting microseconds since the epoch (a quarter), so adding it
+// to the bucket's time changed nothing and every token was free: all 1,500
+// were granted against a burst of 1,000. Each grant and return must move
+// the bucket's time by at least what it is worth, rounded against the
+// instances, and tokens handed back must not make more than were taken.
+func TestSyncSmallGrantsAtHighRates(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	ctx := t.Context()
+	p := redistest.Prefix(t)
+	keys := []string{p + "{g}:b", p + "{g}:a"}
+	now := int64(1_800_000_000_000_000)
+	seq, total := int64(0), int64(0)
+	send := func(value int64) {
+		t.Helper()
+		seq++
+		msg := SyncMsg{Rate: 10_000_000, PeriodUS: 1_000_000, Burst: 1_000, Seq: seq, Epoch: 1, Base: total, Value: value, Budget: -1}
+		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", "i0", 1_000, msg.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := DecodeInts(reply, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total = v[0]
+	}
+	for range 1_500 {
+		send(total + 1)
+	}
+	if total < 1 || total > 1_000 {
+		t.Fatalf("granted %d tokens one at a time at a frozen clock, burst 1000", total)
+	}
+	granted := total
+	// Hand them all back one at a time, then take again: the bucket may
+	// not hold more than it did at first.
+	for total > 0 {
+		send(total - 1)
+	}
+	for range 1_500 {
+		send(total + 1)
+	}
+	if total > granted {
+		t.Errorf("after handing back %d tokens one at a time, %d could be taken again", granted, total)
+	}
+	t.Logf("%d of 1,000 granted in single tokens; %d again after returning them", granted, total)
+}

@@ -18,8 +18,9 @@
 -- Reply: {allowed 0|1, remaining tokens, retry_after_us, reset_after_us}
 --
 -- Exactness: refill over e microseconds adds e*rate units of 1/period_us
--- token, an integer, so the state is an exact rational while
--- burst*period_us < 2^53; above that, rounding is below 1 part in 2^52.
+-- token, an integer, so the state is an exact rational. Products such as
+-- e*rate and burst*period_us pass 2^53 for large limits: they go through
+-- mul_div, so every decision and every time in the reply is exact.
 -- TTL: time until the bucket is full again, set on every write. A denial
 -- or a peek writes nothing: the stored state and its TTL stay valid.
 
@@ -48,14 +49,13 @@ end
 
 -- Refill. A clock that stepped back refills nothing and keeps ts.
 if now > ts then
-  local add = (now - ts) * rate
-  local missing = (burst - n) * period - m
-  if add >= missing then
+  local e = now - ts
+  if e >= ceil_mul_div(burst - n, period, -m, rate) then -- the time to fill
     n, m = burst, 0
   else
-    m = m + add
-    n = n + floor_div(m, period)
-    m = math.fmod(m, period)
+    local add
+    add, m = mul_div(e, rate, m, period)
+    n = n + add
   end
   ts = now
 end
@@ -70,7 +70,7 @@ local allowed = n >= cost
 if allowed and not peek then
   n = n - cost
 end
-local reset = lag + ceil_div((burst - n) * period - m, rate)
+local reset = lag + ceil_mul_div(burst - n, period, -m, rate)
 if allowed and not peek then
   redis.call('HSET', key, 'n', n, 'm', m, 'ts', ts, 'p', period)
   redis.call('PEXPIRE', key, ttl_ms(reset))
@@ -78,6 +78,6 @@ end
 
 local retry = 0
 if not allowed then
-  retry = lag + ceil_div((cost - n) * period - m, rate)
+  retry = lag + ceil_mul_div(cost - n, period, -m, rate)
 end
 return {allowed and 1 or 0, n, retry, reset}
