@@ -33,11 +33,10 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	if now.IsZero() {
-		now = l.cfg.clock.Now()
-	}
+	now = l.at(now)
 	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
 	src := hybridlimit.SourceLocal // until a fetch this decision waits for is answered
+	waited := false                // counted in Stats.Waits, once a decision
 	for fetches := 0; ; fetches++ {
 		e, err := l.entry(key, limit, shards)
 		if err != nil {
@@ -74,7 +73,10 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			return denied(limit, l.cfg.interval, src), nil
 		}
 		l.flag(e, cost)
-		l.stats.waits.Add(1)
+		if !waited {
+			l.stats.waits.Add(1)
+			waited = true
+		}
 		err = l.fetch(ctx, deadline)
 		if ctx.Err() != nil {
 			return hybridlimit.Result{}, ctx.Err()
@@ -115,6 +117,21 @@ func denied(limit hybridlimit.Limit, retry time.Duration, src hybridlimit.Source
 
 // nanos returns t as nanoseconds since the limiter's base reading.
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
+
+// at returns the time a decision at now is made at: the clock's for the
+// zero time, and never before the limiter was made. Entries keep their
+// times from then on (nanos), and an earlier one read as "not yet" for
+// every deadline Redis never set: a fresh key was denied for the whole
+// gap, and a split key's turn went negative and indexed out of range.
+func (l *Limiter) at(now time.Time) time.Time {
+	if now.IsZero() {
+		return l.cfg.clock.Now()
+	}
+	if now.Before(l.base) {
+		return l.base
+	}
+	return now
+}
 
 // fallOver looks beyond the home part of a split key when it has no
 // allowance: it spends from another part that holds some; while Redis
@@ -415,16 +432,26 @@ func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, c
 	return r
 }
 
-// share returns this instance's share of limit when it must decide alone:
-// the rate spread over the live instances by stretching the period (so 5
-// per second among 10 instances is 5 per 10 seconds each, not 0), and the
-// burst divided, rounded up.
+// share returns this instance's share of limit when it must decide alone,
+// the burst divided, rounded up, and the rate spread over the live
+// instances: divided when it divides evenly, else by stretching the period
+// (so 5 per second among 10 instances is 5 per 10 seconds each, not 0),
+// else, when that period is longer than a limit may have, divided and
+// rounded down (1000 per 200 days among 3 is 333 per 200 days each).
 func (l *Limiter) share(limit hybridlimit.Limit) hybridlimit.Limit {
 	n := max(l.live.Load(), 1)
-	s := hybridlimit.Limit{Rate: limit.Rate, Period: limit.Period * time.Duration(n), Burst: (limit.Burst + n - 1) / n}
-	if s.Period/time.Duration(n) != limit.Period || s.Validate() != nil {
-		// Less than a token a year each: one token a year it is.
-		return hybridlimit.Limit{Rate: 1, Period: hybridlimit.MaxRefill, Burst: 1}
+	burst := (limit.Burst + n - 1) / n
+	if limit.Rate%n == 0 {
+		return hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
 	}
-	return s
+	s := hybridlimit.Limit{Rate: limit.Rate, Period: limit.Period * time.Duration(n), Burst: burst}
+	if s.Period/time.Duration(n) == limit.Period && s.Validate() == nil {
+		return s
+	}
+	s = hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
+	if s.Rate >= 1 && s.Validate() == nil {
+		return s
+	}
+	// Less than a token a year each: one token a year it is.
+	return hybridlimit.Limit{Rate: 1, Period: hybridlimit.MaxRefill, Burst: 1}
 }

@@ -176,6 +176,45 @@ func TestWait(t *testing.T) {
 	}
 }
 
+// TestWaitReturnsOnClose closes the limiter while a Wait sleeps out a
+// denial's RetryAfter of about an hour: it slept on, past Close, to the
+// end of it.
+func TestWaitReturnsOnClose(t *testing.T) {
+	redistest.NoLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.Every(time.Hour, 1) // a low limit: exact, one token an hour
+	ctx := context.Background()
+	if err := l.Wait(ctx, "w", limit); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx, "w", limit) }()
+	time.Sleep(100 * time.Millisecond) // the second Wait is asleep
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, hlsync.ErrClosed) {
+			t.Errorf("Wait after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still asleep 10s after Close returned")
+	}
+}
+
+// behindProxy returns a fault proxy in front of srv and a client through
+// it whose calls end with their context, closed when the test ends.
+func behindProxy(t *testing.T, srv *redistest.Server) (*faultproxy.Proxy, *redis.Client) {
+	p := faultproxy.Start(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return p, c
+}
+
 // TestCloseAsksForNothing closes a limiter holding an entry that a
 // decision flagged and then gave up on (its max wait ended while another
 // key's round was slow): the final round must hand back, not fetch what
@@ -185,9 +224,7 @@ func TestCloseAsksForNothing(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
 	prefix := redistest.Prefix(t)
-	p := faultproxy.Start(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
+	p, c := behindProxy(t, srv)
 	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("i0"),
 		hlsync.WithSyncInterval(time.Second, 0), hlsync.WithMaxWait(50*time.Millisecond),
 		hlsync.WithFailurePolicy(hlsync.FailClosed))
@@ -218,6 +255,56 @@ func TestCloseAsksForNothing(t *testing.T) {
 	}
 	if r, err := l.Allow(ctx, "b", limit); err == nil && r.Allowed {
 		t.Errorf("Allow after Close admitted: %+v", r)
+	}
+}
+
+// TestCloseRetried closes a limiter while Redis cannot be reached: Close
+// fails, and a second Close, once Redis is back, must
+// still hand back the allowance the first could not (before, it returned
+// nil at once and the tokens stayed leased until their ledger expired).
+func TestCloseRetried(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	prefix := redistest.Prefix(t)
+	p, c := behindProxy(t, srv)
+	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("i0"),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithRoundTimeout(200*time.Millisecond),
+		hlsync.WithLowLimitThreshold(0)) // a frozen limit still leases ahead
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	limit := frozen(10_000)
+	ctx := context.Background()
+	for range 50 {
+		if _, err := l.Allow(ctx, "k", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := l.Stats(); s.Outstanding == 0 {
+		t.Fatalf("nothing leased to hand back: %+v", s)
+	}
+	p.RefuseConnections(true)
+	p.Disconnect()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Close(short)
+	cancel()
+	if err == nil {
+		t.Fatal("Close with Redis unreachable returned nil")
+	}
+	p.RefuseConnections(false)
+	if err := l.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	s := l.Stats()
+	left := remaining(t, srv.Client(t), prefix, "k", limit, 64)
+	if s.Outstanding != 0 || left != 10_000-int64(s.Admitted) {
+		t.Errorf("after the second Close: %d outstanding, %d admitted, %d of 10000 left in Redis", s.Outstanding, s.Admitted, left)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Errorf("third Close: %v", err)
 	}
 }
 
@@ -267,5 +354,56 @@ func TestCallerTimeAheadStillIdles(t *testing.T) {
 		if s := l.Stats(); s.Outstanding != 0 || s.Keys != 0 {
 			t.Errorf("first decided at %v: after an hour idle %d keys tracked, %d tokens held; want none", at, s.Keys, s.Outstanding)
 		}
+	}
+}
+
+// TestCallerTimeBeforeStart decides at times before the limiter was made:
+// a fresh key was denied for the whole gap without asking Redis, and a
+// split key's first decision indexed its parts out of range (a panic).
+func TestCallerTimeBeforeStart(t *testing.T) {
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("i0"),
+		hlsync.WithShards(func(key string, _ hybridlimit.Limit) int {
+			if strings.HasPrefix(key, "split") {
+				return 16
+			}
+			return 1
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx := context.Background()
+	for _, key := range []string{"fresh", "split-a", "split-b", "split-c", "split-d", "split-e", "split-f"} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("AllowNAt(%q) an hour back panicked: %v", key, p)
+				}
+			}()
+			r, err := l.AllowNAt(ctx, time.Now().Add(-time.Hour), key, hybridlimit.PerSecond(1000), 1)
+			if err != nil || !r.Allowed {
+				t.Errorf("first decision on %q an hour back = %+v, %v; want allowed", key, r, err)
+			}
+		}()
+	}
+	if s := l.Stats(); s.DeniedRemote != 0 {
+		t.Errorf("DeniedRemote = %d: Redis never said a bucket is empty", s.DeniedRemote)
+	}
+}
+
+// TestPartKeysOfNoPart asks for the keys of parts that cannot exist: a
+// shard count of 0 divided by zero, a panic.
+func TestPartKeysOfNoPart(t *testing.T) {
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range [][3]int{{0, 0, 0}, {-1, 4, 0}, {4, 4, 0}, {0, 65, 0}, {0, 2, -1}} {
+		if b, a := l.PartKeys("k", in[0], in[1], in[2]); b != "" || a != "" {
+			t.Errorf("PartKeys(k, %d, %d, %d) = %q, %q; want no names", in[0], in[1], in[2], b, a)
+		}
+	}
+	if b, a := l.PartKeys("k", 3, 4, 2); b == "" || a == "" || b == a {
+		t.Errorf("PartKeys(k, 3, 4, 2) = %q, %q", b, a)
 	}
 }

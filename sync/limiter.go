@@ -72,8 +72,12 @@ type Limiter struct {
 	rounds   singleflight.Group // keeps rounds from overlapping
 	wake     chan struct{}      // pokes the loop for an early round
 
-	heat   heat          // sync messages per key, for automatic sharding
-	moveMu stdsync.Mutex // one move to a new layout at a time
+	heat heat // sync messages per key, for automatic sharding
+	// unclosed holds the moves whose old parts did not all close, by key,
+	// for Reshard to close again; guarded by unclosedMu.
+	unclosedMu stdsync.Mutex
+	unclosed   map[string]oldParts
+	moveMu     stdsync.Mutex // one move to a new layout at a time
 	// pending holds the moves waiting for a message in flight, by key;
 	// guarded by moveMu.
 	pending map[string]layout
@@ -81,7 +85,13 @@ type Limiter struct {
 
 	tracked atomic.Int64 // entries in table
 	stats   counters
-	breaker breaker
+	// retiring makes an entry's retirement (marked dead, out of its
+	// table, its admitted count moved to stats.evictedAdmitted) one step
+	// to Stats, which holds it for reading while it sums: seen half done,
+	// the count was in neither place and Stats.Admitted, a counter, went
+	// down. Taken before any entry's mutex.
+	retiring stdsync.RWMutex
+	breaker  breaker
 
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
@@ -96,6 +106,13 @@ type Limiter struct {
 	closed  atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
+	// closing admits one Close at a time; closedClean, read and written
+	// by its holder, says a Close finished and later ones have nothing
+	// to do. closedCh is closed by the first Close, to wake sleeping
+	// Waits.
+	closing     chan struct{}
+	closedClean bool
+	closedCh    chan struct{}
 }
 
 // New returns a Limiter on rdb. It validates the options and starts nothing.
@@ -144,6 +161,8 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		base:     cfg.clock.Now(),
 		presence: ks.Tagged("presence", "instances"),
 		wake:     make(chan struct{}, 1),
+		closing:  make(chan struct{}, 1),
+		closedCh: make(chan struct{}),
 	}
 	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
 	// Sequence numbers start at the clock in microseconds, so a restarted
@@ -199,8 +218,13 @@ func (l *Limiter) Keys(key string) (bucket, allowances string) {
 // after automatic resharding, WithAutoShards). Part j lives in the slot
 // group sharding.Group assigns it, and its key names carry "#j.s" (and
 // ".gen" after the first generation) after the kind, so whole keys and the
-// parts of every layout never share a name.
+// parts of every layout never share a name. Values that name no part (s
+// outside [1, sharding.MaxShards], j outside [0, s), a negative
+// generation) return two empty names.
 func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, allowances string) {
+	if sharding.CheckShards(s) != nil || j < 0 || j >= s || generation < 0 {
+		return "", ""
+	}
 	return l.partKeys(key, j, layout{s, generation})
 }
 
@@ -308,7 +332,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit hybridlimit.Limit)
 // WaitN blocks until a request of the given cost is admitted, sleeping for
 // each denial's RetryAfter, and returns nil once it is. It returns
 // ErrWouldExceedDeadline at once if a RetryAfter ends past ctx's deadline,
-// ctx.Err() if ctx ends first, and any error AllowN returns.
+// ctx.Err() if ctx ends first, ErrClosed if the limiter closes while it
+// sleeps, and any error AllowN returns.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
 	for {
 		r, err := l.AllowN(ctx, key, limit, cost)
@@ -326,6 +351,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		case <-l.closedCh:
+			t.Stop()
+			return ErrClosed
 		case <-t.C:
 		}
 	}
@@ -374,14 +402,13 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 // until a time not yet come, as the slow path would, without its checks
 // and second lookup: a key at its limit is most of what a busy limiter
 // decides. It leaves to the slow path a closed limiter, a stale or split
-// entry, and a cost the limit cannot pay.
+// entry, a cost the limit cannot pay, and one the allowance pays spread
+// over per-CPU counters but no counter alone (the slow path gathers it).
 func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, bool) {
-	if e.shards != 1 || e.dead.Load() || cost > limit.Burst || l.closed.Load() {
+	if e.shards != 1 || e.dead.Load() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
 		return hybridlimit.Result{}, false
 	}
-	if now.IsZero() {
-		now = l.cfg.clock.Now()
-	}
+	now = l.at(now)
 	left := e.denyUntil.Load() - l.nanos(now)
 	if left <= 0 {
 		return hybridlimit.Result{}, false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -465,5 +467,82 @@ func TestEmptiedKeyDoesNotWait(t *testing.T) {
 	}
 	if _, err := l.Allow(ctx, "hot", limit); !errors.Is(err, hlsync.ErrClosed) {
 		t.Errorf("Allow after Close on a key Redis said is empty = %v, want ErrClosed", err)
+	}
+}
+
+// TestOptimisticBudgetAboveOneBurst spends as fast as it may under a
+// budget of three bursts: the bucket's debt was kept one burst deep and
+// the rest forgiven, so once a burst refilled the budget was handed out
+// again, with no bound over time (1,002 admitted in 2.5 s where B + r t +
+// f B is 655).
+func TestOptimisticBudgetAboveOneBurst(t *testing.T) {
+	redistest.NoLeaks(t)
+	const f = 3.0
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)),
+		hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(f),
+		hlsync.WithSyncInterval(50*time.Millisecond, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.Limit{Rate: 100, Period: time.Second, Burst: 100}
+	ctx := context.Background()
+	start := time.Now()
+	var admitted int64
+	for time.Since(start) < 2500*time.Millisecond {
+		r, err := l.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	elapsed := time.Since(start)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bound := limit.Burst + int64(limit.TokensIn(elapsed)) + int64(f*float64(limit.Burst))
+	t.Logf("admitted %d in %v, bound B + r t + f B = %d", admitted, elapsed, bound)
+	if admitted > bound {
+		t.Errorf("admitted %d in %v, more than B + r t + f B = %d", admitted, elapsed, bound)
+	}
+}
+
+// TestSpreadAllowancePaysOnEmptyBucket holds 5 tokens of a key whose
+// bucket Redis reported empty, spread over the per-CPU counters, and
+// spends 4: the fast path's "still empty" denial turned it away for a
+// sync interval, though the allowance covered it (as it did unspread).
+func TestSpreadAllowancePaysOnEmptyBucket(t *testing.T) {
+	redistest.NoLeaks(t)
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: nothing is spread")
+	}
+	for _, stripe := range []float64{0, math.Inf(1)} {
+		l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)),
+			hlsync.WithSyncInterval(time.Second, 0), hlsync.WithStripeDemand(stripe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := hybridlimit.Limit{Rate: 8, Period: time.Second, Burst: 100}
+		ctx := context.Background()
+		// A fetch of the cost and the minimum lease empties the bucket.
+		if r, err := l.AllowN(ctx, "k", limit, 95); err != nil || !r.Allowed {
+			t.Fatalf("AllowN(95) = %+v, %v", r, err)
+		}
+		held := l.Stats().Outstanding
+		if held < 4 {
+			t.Fatalf("holds %d after the first decision: the test proves nothing", held)
+		}
+		if r, err := l.AllowN(ctx, "k", limit, 4); err != nil || !r.Allowed {
+			t.Errorf("stripe demand %v: AllowN(4) = %+v, %v while this instance holds %d", stripe, r, err, held)
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

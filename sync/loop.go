@@ -163,6 +163,8 @@ func (l *Limiter) evictIdle(now time.Time) {
 		}
 		l.unlock(e)
 	})
+	l.retiring.Lock()
+	defer l.retiring.Unlock()
 	for _, e := range idle {
 		l.lock(e)
 		gone := l.idle(now, e) && e.evict()
@@ -228,19 +230,31 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 
 // Close stops the loop, hands back unused allowance and reports consumption
 // in one final round, and removes this instance from the presence set. It
-// waits for the loop within ctx, and is safe to call more than once: later
-// calls return nil at once. Decisions after Close return ErrClosed once the
-// local allowance is spent.
+// waits for the loop within ctx. A Close that failed (ctx ended, Redis
+// unreachable) can be called again to finish the work; once one has
+// returned nil, later calls return nil at once. Decisions after the first
+// Close return ErrClosed once the local allowance is spent.
 func (l *Limiter) Close(ctx context.Context) error {
-	l.life.Lock()
-	if l.closed.Swap(true) {
-		l.life.Unlock()
+	select {
+	case l.closing <- struct{}{}:
+		defer func() { <-l.closing }()
+	case <-ctx.Done():
+		return fmt.Errorf("sync: close: %w", ctx.Err())
+	}
+	if l.closedClean {
 		return nil
 	}
+	l.life.Lock()
+	first := !l.closed.Swap(true)
 	running := l.running
 	l.life.Unlock()
+	if first {
+		close(l.closedCh)
+	}
 	if running {
-		close(l.stop)
+		if first {
+			close(l.stop)
+		}
 		select {
 		case <-l.done:
 		case <-ctx.Done():
@@ -270,10 +284,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
 	}
-	_ = l.announce(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)
 	}
+	_ = l.announce(ctx, false)
+	l.closedClean = true
 	return nil
 }
 

@@ -57,13 +57,13 @@ func (l *Limiter) Reshard(ctx context.Context) error {
 	if l.cfg.auto.Max == 0 {
 		return nil
 	}
+	errs := []error{l.closeLeftOpen(ctx)}
 	now := l.cfg.clock.Now()
 	live := float64(max(l.live.Load(), 1))
 	hot, window := l.heat.take(now, l.reshardEvery())
 	if window <= 0 {
-		return nil
+		return errors.Join(errs...)
 	}
-	var errs []error
 	// In key order, so that a simulation in virtual time replays exactly.
 	for _, key := range slices.Sorted(maps.Keys(hot)) {
 		rate := float64(hot[key]) / window.Seconds() * live
@@ -137,6 +137,8 @@ func (l *Limiter) keepMarkers(ctx context.Context, key string, limit hybridlimit
 // reshard moves key from layout from to layout to, holding a lock in Redis
 // so that one instance at a time does it:
 //
+//  0. check that every old part is open, or another instance moved the
+//     key already (ErrReshardRace, nothing touched);
 //  1. open the new parts empty (absent would mean full);
 //  2. close the old parts, which hands back the tokens each held, less what
 //     it refilled since step 1 (the new parts refill from then on);
@@ -145,8 +147,16 @@ func (l *Limiter) keepMarkers(ctx context.Context, key string, limit hybridlimit
 //     to the new layout.
 //
 // The allowance instances hold moves with them (see move). A failure after
-// step 2 leaves tokens uncredited: the key under-admits, never over.
+// step 2 leaves tokens uncredited: the key under-admits, never over. An old
+// part that fails to close serves its instances on top of the new layout
+// until Reshard closes it again, which it tries every time it runs.
 func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Limit, from, to layout) error {
+	return l.locked(ctx, key, func(ctx context.Context) error { return l.reshardLocked(ctx, key, limit, from, to) })
+}
+
+// locked runs f holding key's reshard lock in Redis, so that one instance
+// at a time moves the key, and returns ErrReshardRace if another holds it.
+func (l *Limiter) locked(ctx context.Context, key string, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*l.cfg.roundTimeout)
 	defer cancel()
 	lock := l.ks.Tagged(l.tags[l.group(key)], "r:"+key)
@@ -161,33 +171,36 @@ func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Lim
 		defer cancel()
 		_, _, _ = l.step(uctx, lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "unlock", l.cfg.instanceID, 0)
 	}()
+	return f(ctx)
+}
 
-	var opened time.Time // the first new part's opening, by the Redis clock
+// reshardLocked is reshard. The caller holds key's reshard lock.
+func (l *Limiter) reshardLocked(ctx context.Context, key string, limit hybridlimit.Limit, from, to layout) error {
+	// The old layout must still be the key's: an instance that heard of a
+	// move late would open the new parts over ones the move already opened
+	// and that have filled up since (full reads as absent), emptying them.
+	if n, err := l.stepAll(ctx, key, from, limit, "check", "", 0, nil); err != nil || n != from.shards {
+		return errors.Join(fmt.Errorf("%w: %s has %d of %d parts of layout %d.%d open", ErrReshardRace, key, n, from.shards, from.shards, from.gen), err)
+	}
+	mv := oldParts{limit: limit, from: from, to: to}
 	if n, err := l.stepAll(ctx, key, to, limit, "open", "", 0, func(_ int, _ int64, at time.Time) {
-		if opened.IsZero() || at.Before(opened) {
-			opened = at
+		if mv.opened.IsZero() || at.Before(mv.opened) {
+			mv.opened = at
 		}
 	}); err != nil || n != to.shards {
 		return errors.Join(fmt.Errorf("%w: %s opened %d of %d new parts", ErrReshardRace, key, n, to.shards), err)
 	}
-	life := l.markerLife(limit).Milliseconds()
-	var held int64
-	closed, err := l.stepAll(ctx, key, from, limit, "close", to.marker(), life, func(j int, tokens int64, at time.Time) {
-		// What the part refilled after the new parts opened, they refill too.
-		part := partOf(limit, j, from.shards)
-		held += max(0, tokens-int64(part.TokensIn(at.Sub(opened))))
-	})
+	closed, held, closeErr, creditErr := l.closeOld(ctx, key, mv)
+	err := errors.Join(closeErr, creditErr)
 	if closed == 0 {
 		return errors.Join(fmt.Errorf("%w: %s closed no old part", ErrReshardRace, key), err)
 	}
-	credits := spread(held, limit, to.shards)
-	for j, c := range credits {
-		if c > 0 {
-			if _, _, cerr := l.step(ctx, l.bucketOf(key, j, to), partOf(limit, j, to.shards), "credit", "", c); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}
+	if closeErr != nil {
+		// An old part left open would serve its instances on top of the
+		// new layout, which has the key's whole rate: close it later.
+		l.keepClosing(key, mv)
 	}
+	life := l.markerLife(limit).Milliseconds()
 	if from.gen != 0 {
 		def, derr := l.shardCount(key, limit)
 		if derr == nil {
@@ -199,6 +212,72 @@ func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Lim
 	l.cfg.logger.Info("sync: key resharded", "key", key, "from", from.shards, "to", to.shards, "generation", to.gen, "credited", held)
 	l.move(key, to, l.cfg.clock.Now())
 	return err
+}
+
+// oldParts is a move's old layout, to be closed into markers of the new.
+type oldParts struct {
+	limit    hybridlimit.Limit
+	from, to layout
+	opened   time.Time // the new parts' opening, by the Redis clock
+}
+
+// closeOld closes the old parts of a move (closing a closed one does
+// nothing) and credits what they held to the new parts, less what they
+// refilled since the new parts opened, which those refill too. It
+// returns how many it closed, the tokens credited, the errors of the
+// closes, which leave parts open, and those of the credits, which only
+// under-admit.
+func (l *Limiter) closeOld(ctx context.Context, key string, mv oldParts) (closed int, held int64, closeErr, creditErr error) {
+	life := l.markerLife(mv.limit).Milliseconds()
+	closed, closeErr = l.stepAll(ctx, key, mv.from, mv.limit, "close", mv.to.marker(), life, func(j int, tokens int64, at time.Time) {
+		part := partOf(mv.limit, j, mv.from.shards)
+		held += max(0, tokens-int64(part.TokensIn(at.Sub(mv.opened))))
+	})
+	for j, c := range spread(held, mv.limit, mv.to.shards) {
+		if c > 0 {
+			if _, _, err := l.step(ctx, l.bucketOf(key, j, mv.to), partOf(mv.limit, j, mv.to.shards), "credit", "", c); err != nil {
+				creditErr = errors.Join(creditErr, err)
+			}
+		}
+	}
+	return closed, held, closeErr, creditErr
+}
+
+// keepClosing records a move whose old parts did not all close, for
+// closeLeftOpen to try again.
+func (l *Limiter) keepClosing(key string, mv oldParts) {
+	l.unclosedMu.Lock()
+	defer l.unclosedMu.Unlock()
+	if l.unclosed == nil {
+		l.unclosed = make(map[string]oldParts)
+	}
+	l.unclosed[key] = mv
+}
+
+// closeLeftOpen closes again, under the reshard lock, the old parts that
+// moves of this instance left open (a master unreachable at that moment):
+// until then they serve their instances on top of the new layout.
+func (l *Limiter) closeLeftOpen(ctx context.Context) error {
+	l.unclosedMu.Lock()
+	left := l.unclosed
+	l.unclosed = nil
+	l.unclosedMu.Unlock()
+	var errs []error
+	// In key order, so that a simulation in virtual time replays exactly.
+	for _, key := range slices.Sorted(maps.Keys(left)) {
+		mv := left[key]
+		open := true // until a try finds every part closed
+		err := l.locked(ctx, key, func(ctx context.Context) error {
+			_, _, closeErr, creditErr := l.closeOld(ctx, key, mv)
+			open = closeErr != nil
+			return errors.Join(closeErr, creditErr)
+		})
+		if open {
+			l.keepClosing(key, mv)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // stepAll runs op on every part of key in layout at and returns how many
@@ -334,6 +413,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 	// Locked together, in this order (only moves lock more than one entry,
 	// one move at a time), so that no round starts a message for one of
 	// them between the check for messages in flight and its retirement.
+	l.retiring.Lock()
 	for _, e := range old {
 		l.lock(e)
 	}
@@ -341,6 +421,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 		for _, e := range old {
 			l.unlock(e)
 		}
+		l.retiring.Unlock()
 	}
 	if home.dead.Load() {
 		unlock()
@@ -429,6 +510,8 @@ func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j 
 // drop removes e from t and retires it, counting what it admitted, and
 // returns the allowance it held unspent.
 func (l *Limiter) drop(t *table, e *entry) int64 {
+	l.retiring.Lock()
+	defer l.retiring.Unlock()
 	l.lock(e)
 	took, killed := e.retire()
 	issued := e.issued

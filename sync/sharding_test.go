@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -414,36 +412,10 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	}
 }
 
-// stepHook runs before every reshard step of one op; an error it returns
-// fails the step, as if the connection to Redis broke there.
-type stepHook struct {
-	op     string
-	before func() error
-}
-
-// failOp fails every reshard step of op.
-func failOp(op string) *stepHook {
-	return &stepHook{op: op, before: func() error { return fmt.Errorf("injected: connection lost at reshard %s", op) }}
-}
-
-func (*stepHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *stepHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		for _, a := range cmd.Args() {
-			if s, ok := a.(string); ok && s == h.op {
-				if err := h.before(); err != nil {
-					cmd.SetErr(err)
-					return err
-				}
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (*stepHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// failOp fails every reshard step of op, as if the connection to Redis
+// broke there.
+func failOp(op string) *redistest.CommandHook {
+	return &redistest.CommandHook{Args: []string{op}, Before: func() error { return fmt.Errorf("injected: connection lost at reshard %s", op) }}
 }
 
 // TestReshardInterruptedNeverOverAdmits splits a key whose move fails
@@ -540,7 +512,7 @@ func TestFollowerReachesCreditedParts(t *testing.T) {
 	// Before the credit: b follows the marker and, over several of its
 	// intervals, finds home and both siblings empty.
 	var once stdsync.Once
-	ca.AddHook(&stepHook{op: "credit", before: func() error {
+	ca.AddHook(&redistest.CommandHook{Args: []string{"credit"}, Before: func() error {
 		once.Do(func() {
 			for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); {
 				spent.admit(b, 10)
@@ -869,5 +841,83 @@ func splitByHand(t *testing.T, l *hlsync.Limiter, step func(time.Duration), limi
 		if i == 100 {
 			t.Fatalf("the key was not split: %+v", l.Stats())
 		}
+	}
+}
+
+// TestStaleMergeLeavesMergedBucket lets an instance that has not heard of
+// a merge try the same merge after another instance made it: it opened
+// the merged bucket again, emptying it (a full bucket reads as absent;
+// 1,000 tokens -> 7), and only then found the old parts closed and said
+// nothing moved. It must find that out before it touches anything.
+func TestStaleMergeLeavesMergedBucket(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock()
+	ctx := context.Background()
+	mk := func(id string, hold time.Duration) *hlsync.Limiter {
+		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
+			hlsync.WithSyncInterval(100*time.Millisecond, 0),
+			hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: hold}))
+	}
+	a, b := mk("a", time.Second), mk("b", 3*time.Second)
+	limit := hybridlimit.PerSecond(1000)
+	step := func() (errA, errB error) {
+		clk.now.Add(int64(100 * time.Millisecond))
+		if err := a.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a.Reshard(ctx), b.Reshard(ctx)
+	}
+	for i := 0; ; i++ {
+		if _, err := a.AllowN(ctx, "hot", limit, 100); err != nil {
+			t.Fatal(err)
+		}
+		if errA, _ := step(); errA != nil {
+			t.Fatal(errA)
+		}
+		if s, _ := a.Layout("hot"); s > 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("not split: %+v", a.Stats())
+		}
+	}
+	if _, err := b.AllowN(ctx, "hot", limit, 1); err != nil { // b follows to the split layout
+		t.Fatal(err)
+	}
+	if s, g := b.Layout("hot"); s != 3 {
+		t.Fatalf("b on %d.%d, want the split layout", s, g)
+	}
+	time.Sleep(1100 * time.Millisecond) // the parts refill, by Redis's clock
+	var gen int
+	for i := 0; ; i++ {
+		if errA, errB := step(); errA != nil || errB != nil {
+			t.Fatalf("a: %v, b: %v before a merged", errA, errB)
+		}
+		if s, g := a.Layout("hot"); s == 1 {
+			gen = g
+			break
+		}
+		if i == 100 {
+			t.Fatalf("a did not merge: %+v", a.Stats())
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the merged bucket is full again
+	before := partsLeft(t, rdb, prefix, "hot", limit, 1, gen)[0]
+	var errB error
+	for i := 0; errB == nil; i++ {
+		clk.now.Add(int64(100 * time.Millisecond))
+		errB = b.Reshard(ctx)
+		if i == 100 {
+			t.Fatal("b never tried to merge")
+		}
+	}
+	after := partsLeft(t, rdb, prefix, "hot", limit, 1, gen)[0]
+	if !errors.Is(errB, hlsync.ErrReshardRace) {
+		t.Fatalf("b's merge = %v, want ErrReshardRace", errB)
+	}
+	if after < before-50 {
+		t.Errorf("b's merge, which moved nothing (%v), emptied the merged bucket: %d -> %d tokens", errB, before, after)
 	}
 }

@@ -104,6 +104,7 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
+	l.retiring.RLock()
 	admitted, outstanding, split := c.evictedAdmitted.Load(), int64(0), int64(0)
 	l.each(func(e *entry) {
 		l.lock(e)
@@ -115,6 +116,7 @@ func (l *Limiter) Stats() Stats {
 			split++
 		}
 	})
+	l.retiring.RUnlock()
 	now := l.cfg.clock.Now()
 	var since time.Duration
 	if last := c.lastSuccess.Load(); last != 0 {

@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -96,7 +97,75 @@ func TestErrorsByClass(t *testing.T) {
 	if s.Fetches == 0 || s.Errors != want {
 		t.Errorf("Errors = %v after %d fetches, want %v", s.Errors, s.Fetches, want)
 	}
+	// One decision waited, through every fetch: Waits counted each fetch.
+	if s.Waits != 1 || s.Fetches < 2 {
+		t.Errorf("Waits = %d after one decision that waited for %d fetches, want 1", s.Waits, s.Fetches)
+	}
 	if s.RoundDuration.Count != s.Fetches || s.RoundMessages.Count != s.Fetches {
 		t.Errorf("RoundDuration = %+v, RoundMessages = %+v, want one count per fetch (%d)", s.RoundDuration, s.RoundMessages, s.Fetches)
+	}
+}
+
+// TestAdmittedNeverGoesDown reads Stats while a round evicts 3,000 idle
+// keys: an evicted entry left its table before its count reached the
+// evicted total, and a Stats between the two steps missed it, so
+// Admitted, a counter, went down (3,000 -> 2,994).
+func TestAdmittedNeverGoesDown(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	ctx := context.Background()
+	for range 5 {
+		clk := newFakeClock()
+		l, err := hlsync.New(rdb, hlsync.WithClock(clk), hlsync.WithPrefix(redistest.Prefix(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const keys = 3000
+		for i := range keys {
+			if r, err := l.Allow(ctx, fmt.Sprint("k", i), hybridlimit.PerSecond(1000)); err != nil || !r.Allowed {
+				t.Fatalf("Allow = %+v, %v", r, err)
+			}
+		}
+		for range 3 { // everything reported
+			clk.now.Add(int64(time.Second))
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			prev := l.Stats().Admitted
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a := l.Stats().Admitted
+				if a < prev {
+					t.Errorf("Stats.Admitted went down: %d -> %d", prev, a)
+				}
+				prev = max(prev, a)
+			}
+		}()
+		clk.now.Add(int64(time.Minute)) // every key idle: the rounds evict them
+		for range 5 {
+			clk.now.Add(int64(5 * time.Second))
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(stop)
+		<-done
+		s := l.Stats()
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s.Admitted != keys || s.Evictions == 0 {
+			t.Fatalf("after the evictions: %d admitted, %d evictions; want %d and some", s.Admitted, s.Evictions, keys)
+		}
+		if t.Failed() {
+			return
+		}
 	}
 }
