@@ -44,7 +44,8 @@ func (l Layout) String() string {
 // Global is an exact limiter (package global) whose keys may be split over
 // several hash slots. The shard count of each key comes from a function
 // the caller gives, the same in every process: 1 leaves a key whole, in
-// the very keys a plain global.Limiter with the same prefix uses. A key's
+// the very keys a plain global.Limiter with the same prefix uses (decided
+// at the layout's clock in the Time layout, as its parts are). A key's
 // parts live under their own hash tags (Place), so changing a key's shard
 // count starts its parts afresh, as a new key would.
 //
@@ -148,6 +149,9 @@ func NewGlobal(rdb hybridlimit.Redis, alg global.Algorithm, layout Layout, shard
 	return &Global{whole: whole, parts: parts, alg: alg, layout: layout, shards: shards, split: split, clock: cfg.clock}, nil
 }
 
+// Algorithm returns the algorithm every part decides by.
+func (g *Global) Algorithm() global.Algorithm { return g.alg }
+
 // Shards returns the shard count key gets under limit: the configured one,
 // fitted to the limit, and 1 for an invalid configuration (reported as an
 // error by AllowN).
@@ -173,6 +177,23 @@ func (g *Global) count(key string, limit hybridlimit.Limit) (int, error) {
 	return fit(limit, s, g.split), nil
 }
 
+// MaxSplitKeyLen is the longest key Global takes once it is split: each
+// part is named by the key plus a suffix of at most 14 bytes (Place), and a
+// part's name must itself be a valid key (hybridlimit.MaxKeyLen).
+const MaxSplitKeyLen = hybridlimit.MaxKeyLen - 16
+
+// checkSplitKey is hybridlimit.CheckKey for a key about to be split.
+func checkSplitKey(key string) error {
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return fmt.Errorf("sharding: %w", err)
+	}
+	if len(key) > MaxSplitKeyLen {
+		return fmt.Errorf("sharding: %w: key is %d bytes, more than %d, the most a split key may have (its parts add a suffix)",
+			hybridlimit.ErrInvalidKey, len(key), MaxSplitKeyLen)
+	}
+	return nil
+}
+
 // PartKey returns the key under which part j of s of key lives in the
 // parts' keyspace, for inspection and tests: a key whose escaped form hashes
 // into the j-th slice of the slot range (Place).
@@ -195,11 +216,14 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	if s == 1 && g.layout == Suffix {
+	if s == 1 && g.layout == Time {
+		return g.whole.AllowAt(ctx, g.clock(), key, limit, cost)
+	}
+	if s == 1 {
 		return g.whole.AllowN(ctx, key, limit, cost)
 	}
-	if err := hybridlimit.CheckKey(key); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sharding: %w", err)
+	if err := checkSplitKey(key); err != nil {
+		return hybridlimit.Result{}, err
 	}
 	if g.layout == Time {
 		now := g.clock()
@@ -212,13 +236,17 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 	}
 	start := int(g.next.Add(1) % uint64(s))
 	now := time.Now() // the parts decide by Redis TIME, whatever g.clock says
-	var retry time.Duration
+	// Every part denied: Remaining sums what the parts asked have left (a
+	// part skipped for its remembered denial counts 0, so it is a lower
+	// bound), ResetAfter is the latest any part is full again.
+	denial := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceGlobal}
 	for i := range s {
 		j := (start + i) % s
 		pk := PartKey(key, j, s)
 		part := g.split(limit, j, s)
-		if wait := g.denials.until(pk, part, cost, now); wait > 0 {
-			retry = minPositive(retry, wait)
+		if wait, full := g.denials.until(pk, part, cost, now); wait > 0 {
+			denial.RetryAfter = minPositive(denial.RetryAfter, wait)
+			denial.ResetAfter = max(denial.ResetAfter, full)
 			continue
 		}
 		r, err := g.parts.AllowN(ctx, pk, part, cost)
@@ -229,10 +257,14 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 			r.Limit = limit
 			return r, nil
 		}
-		g.denials.note(pk, part, cost, now.Add(r.RetryAfter))
-		retry = minPositive(retry, r.RetryAfter)
+		g.denials.note(pk, part, cost, now.Add(r.RetryAfter), now.Add(r.ResetAfter))
+		denial.RetryAfter = minPositive(denial.RetryAfter, r.RetryAfter)
+		denial.ResetAfter = max(denial.ResetAfter, r.ResetAfter)
+		denial.Remaining += r.Remaining
 	}
-	return hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceGlobal, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}, nil
+	denial.RetryAfter = max(denial.RetryAfter, time.Microsecond)
+	denial.ResetAfter = max(denial.ResetAfter, denial.RetryAfter)
+	return denial, nil
 }
 
 // Peek reports the state of key summed over its parts: Remaining is the
@@ -244,11 +276,14 @@ func (g *Global) Peek(ctx context.Context, key string, limit hybridlimit.Limit) 
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	if s == 1 && g.layout == Suffix {
+	if s == 1 && g.layout == Time {
+		return g.whole.PeekAt(ctx, g.clock(), key, limit, 1)
+	}
+	if s == 1 {
 		return g.whole.Peek(ctx, key, limit)
 	}
-	if err := hybridlimit.CheckKey(key); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sharding: %w", err)
+	if err := checkSplitKey(key); err != nil {
+		return hybridlimit.Result{}, err
 	}
 	if g.layout == Time {
 		now := g.clock()
@@ -267,7 +302,7 @@ func (g *Global) Peek(ctx context.Context, key string, limit hybridlimit.Limit) 
 	if err := eg.Wait(); err != nil {
 		return hybridlimit.Result{}, err
 	}
-	sum := hybridlimit.Result{Limit: limit}
+	sum := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceGlobal}
 	for _, r := range rs {
 		sum.Remaining += r.Remaining
 		sum.Allowed = sum.Allowed || r.Allowed
@@ -302,6 +337,7 @@ type denials struct {
 		limit hybridlimit.Limit
 		cost  int64
 		until time.Time
+		full  time.Time // when the denial said the part is full again
 	}
 }
 
@@ -309,23 +345,23 @@ func (d *denials) slot(key string) int {
 	return int(hybridlimit.Slot(key)) % len(d.slots)
 }
 
-func (d *denials) note(key string, limit hybridlimit.Limit, cost int64, until time.Time) {
+func (d *denials) note(key string, limit hybridlimit.Limit, cost int64, until, full time.Time) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
-	s.key, s.limit, s.cost, s.until = key, limit, cost, until
+	s.key, s.limit, s.cost, s.until, s.full = key, limit, cost, until, full
 	s.mu.Unlock()
 }
 
 // until returns how long the part named key is known to deny cost under
-// limit, or 0.
-func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now time.Time) time.Duration {
+// limit, or 0, and how long until it is full again by that denial.
+func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now time.Time) (wait, full time.Duration) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.key != key || s.limit != limit || cost < s.cost {
-		return 0
+		return 0, 0
 	}
-	return s.until.Sub(now)
+	return s.until.Sub(now), s.full.Sub(now)
 }
 
 // window returns the part that holds the fixed window of now under the

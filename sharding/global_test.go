@@ -3,7 +3,9 @@ package sharding_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -271,6 +273,29 @@ func TestGlobalBadInput(t *testing.T) {
 			t.Errorf("AllowN(%q, %v, %d) = %v, want %v", c.key, c.limit, c.cost, err, c.want)
 		}
 	}
+	// A split key's parts append a suffix: the longest key a split takes
+	// works under every shard count and layout, one byte more is refused
+	// by its own length (it was refused as a part, by a length the caller
+	// never passed).
+	for _, layout := range []sharding.Layout{sharding.Suffix, sharding.Time} {
+		for _, s := range []int{2, 37, sharding.MaxShards} {
+			g, err := sharding.NewGlobal(rdb, global.FixedWindow, layout, sharding.Fixed(s), sharding.WithPrefix(redistest.Prefix(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			longest := strings.Repeat("k", sharding.MaxSplitKeyLen)
+			if r, err := g.Allow(ctx, longest, hybridlimit.PerSecond(1000)); err != nil || !r.Allowed {
+				t.Errorf("%v, %d parts: a key of %d bytes: %+v, %v", layout, s, len(longest), r, err)
+			}
+			if _, err := g.Peek(ctx, longest, hybridlimit.PerSecond(1000)); err != nil {
+				t.Errorf("%v, %d parts: Peek of a key of %d bytes: %v", layout, s, len(longest), err)
+			}
+			_, err = g.Allow(ctx, longest+"k", hybridlimit.PerSecond(1000))
+			if !errors.Is(err, hybridlimit.ErrInvalidKey) || !strings.Contains(err.Error(), fmt.Sprintf("key is %d bytes", sharding.MaxSplitKeyLen+1)) {
+				t.Errorf("%v, %d parts: a key of %d bytes: %v", layout, s, sharding.MaxSplitKeyLen+1, err)
+			}
+		}
+	}
 }
 
 // TestGlobalDenialsRemembered checks the claim that a split key at its
@@ -375,5 +400,80 @@ func TestSuffixDenialsOnRealTime(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // each part refills its token in 100ms
 	if r, err := g.Allow(ctx, "k", limit); err != nil || !r.Allowed {
 		t.Errorf("Allow 300ms after both parts denied = %+v, %v; Redis would admit", r, err)
+	}
+}
+
+// TestGlobalDenialOfSplitKey denies a split key on every part: the result
+// said nothing was left and the key would be full after the whole
+// limit's refill time, where its parts held 8 tokens and would be full in
+// 200s, or, for a fixed window of 1s, after 4s.
+func TestGlobalDenialOfSplitKey(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	ctx := context.Background()
+	g, err := sharding.NewGlobal(rdb, global.TokenBucket, sharding.Suffix, sharding.Fixed(2), sharding.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.Limit{Rate: 10, Period: 1000 * time.Second, Burst: 10}
+	for range 2 { // one token from each part: 4 left in each
+		if r, err := g.Allow(ctx, "tb", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow = %+v, %v", r, err)
+		}
+	}
+	r, err := g.AllowN(ctx, "tb", limit, 5)
+	if err != nil || r.Allowed {
+		t.Fatalf("AllowN(5) with 4 tokens a part = %+v, %v; want denied", r, err)
+	}
+	if r.Remaining != 8 || r.ResetAfter > 200*time.Second || r.ResetAfter < r.RetryAfter || r.Source != hybridlimit.SourceGlobal {
+		t.Errorf("denial = %+v; want 8 remaining, full within 200s, from Redis", r)
+	}
+	peek, err := g.Peek(ctx, "tb", limit)
+	if err != nil || peek.Remaining != 8 || peek.Source != hybridlimit.SourceGlobal {
+		t.Errorf("Peek = %+v, %v; want 8 remaining, from Redis", peek, err)
+	}
+
+	fw, err := sharding.NewGlobal(rdb, global.FixedWindow, sharding.Suffix, sharding.Fixed(2), sharding.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := hybridlimit.Limit{Rate: 4, Period: time.Minute, Burst: 4}
+	for range 4 {
+		if _, err := fw.Allow(ctx, "fw", window); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := fw.Allow(ctx, "fw", window); err != nil || (!r.Allowed && r.ResetAfter > time.Minute) {
+		t.Errorf("denial of a split fixed window of a minute = %+v, %v; want it full again within the minute", r, err)
+	}
+}
+
+// TestTimeLayoutOneShardIsWhole leaves a Time-layout key whole: it was
+// kept as a part of one, apart from the keys a plain limiter with the same
+// prefix uses, so the two counted the same key twice.
+func TestTimeLayoutOneShardIsWhole(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	now := time.Unix(1_800_000_000, 0)
+	g, err := sharding.NewGlobal(rdb, global.FixedWindow, sharding.Time, sharding.Fixed(1),
+		sharding.WithPrefix(prefix), sharding.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := global.New(rdb, global.FixedWindow, global.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := hybridlimit.PerMinute(3)
+	for range 3 {
+		if r, err := g.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow = %+v, %v", r, err)
+		}
+	}
+	if r, err := plain.AllowAt(ctx, now, "k", limit, 1); err != nil || r.Allowed {
+		t.Errorf("a plain limiter on the key a 1-shard Global exhausted = %+v, %v; want denied", r, err)
+	}
+	if r, err := g.Peek(ctx, "k", limit); err != nil || r.Remaining != 0 {
+		t.Errorf("Peek = %+v, %v; want 0 remaining", r, err)
 	}
 }
