@@ -201,13 +201,21 @@ func parseNode(s string) (netip.Addr, bool) {
 // forwardedFor returns the for= node of each element of the Forwarded
 // header lines, in order; an element without one yields "". Values may be
 // tokens or quoted strings; commas and semicolons inside quotes do not
-// split.
+// split. A quote left open makes the rest of its line one element that
+// yields "": it may hide what a proxy appended after the client's text,
+// so the walk must stop there rather than believe the client's for=.
 func forwardedFor(lines []string) []string {
 	var out []string
 	for _, line := range lines {
-		for _, elem := range splitQuoted(line, ',') {
+		elems, closed := splitQuoted(line, ',')
+		for i, elem := range elems {
 			node := ""
-			for _, pair := range splitQuoted(elem, ';') {
+			if !closed && i == len(elems)-1 {
+				out = append(out, node)
+				break
+			}
+			pairs, _ := splitQuoted(elem, ';')
+			for _, pair := range pairs {
 				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 				if ok && strings.EqualFold(strings.TrimSpace(k), "for") {
 					node = unquote(strings.TrimSpace(v))
@@ -220,9 +228,8 @@ func forwardedFor(lines []string) []string {
 }
 
 // splitQuoted splits s at sep outside double quotes, honouring backslash
-// escapes inside them.
-func splitQuoted(s string, sep byte) []string {
-	var parts []string
+// escapes inside them, and reports whether every quote was closed.
+func splitQuoted(s string, sep byte) (parts []string, closed bool) {
 	start, quoted := 0, false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -235,7 +242,7 @@ func splitQuoted(s string, sep byte) []string {
 			start = i + 1
 		}
 	}
-	return append(parts, s[start:])
+	return append(parts, s[start:]), !quoted
 }
 
 // unquote returns the content of an RFC 9110 quoted-string, or s itself

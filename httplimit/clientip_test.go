@@ -42,6 +42,11 @@ func TestClientIP(t *testing.T) {
 		{"forwarded unknown", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=198.51.100.4, for=unknown"}}, "10.0.0.1"},
 		{"forwarded obfuscated", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"for=_hidden"}}, "10.0.0.1"},
 		{"forwarded without for", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {"proto=https"}}, "10.0.0.1"},
+		// A quote the client leaves open would swallow what the proxy
+		// appends to the line, and the client's own for= was believed.
+		{"forwarded unclosed quote", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=6.6.6.6;x=", for=198.51.100.4`}}, "10.0.0.1"},
+		{"forwarded unclosed quote, later line", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=6.6.6.6;x="`, "for=198.51.100.4"}}, "198.51.100.4"},
+		{"forwarded unclosed quote after a good element", fwd, "10.0.0.1:1", map[string][]string{"Forwarded": {`for=10.4.4.4, for=6.6.6.6;x=", for=10.5.5.5`}}, "10.0.0.1"},
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "/", nil)

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -191,6 +192,22 @@ func TestParseConfigSyntax(t *testing.T) {
 	}
 	if _, err := ParseConfig(make([]byte, maxConfigSize+1), JSON); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("ParseConfig of an oversized file = %v", err)
+	}
+}
+
+// TestConfigDecimalSeconds reads durations written as decimal seconds:
+// 1.001 was 1.000999999s, the float's product truncated, so rate 1001 in
+// period 1.001 was not 1000 a second.
+func TestConfigDecimalSeconds(t *testing.T) {
+	for ms := int64(1); ms <= 100_000; ms += 7 {
+		in := fmt.Sprintf(`{"rules":[{"name":"a","limit":{"rate":1,"period":%d.%03d},"key":"ip"}]}`, ms/1000, ms%1000)
+		c, err := ParseConfig([]byte(in), JSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Duration(c.Rules[0].Limit.Period); got != time.Duration(ms)*time.Millisecond {
+			t.Fatalf("period %d.%03d parsed as %v (%d ns)", ms/1000, ms%1000, got, int64(got))
+		}
 	}
 }
 

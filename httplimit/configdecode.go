@@ -325,7 +325,7 @@ func toDuration(v any) (time.Duration, error) {
 		if err != nil || math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64/int64(time.Second)) {
 			return 0, fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %s", t)
 		}
-		return time.Duration(f * float64(time.Second)), nil
+		return time.Duration(math.Round(f * float64(time.Second))), nil
 	}
 	return 0, fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %s", describe(v))
 }

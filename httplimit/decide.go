@@ -178,8 +178,7 @@ func (m *Middleware) Check(r *http.Request) (Decision, error) {
 		var res hybridlimit.Result
 		var err error
 		if cost > rule.Limit.Burst {
-			// No wait admits it; the limiter would only say so as an error.
-			res = hybridlimit.Result{Limit: rule.Limit}
+			res = beyondBurst(ctx, rule, lkey)
 		} else {
 			res, err = rule.Limiter.AllowN(ctx, lkey, rule.Limit, cost)
 		}
@@ -236,6 +235,29 @@ func (m *Middleware) Check(r *http.Request) (Decision, error) {
 		}
 	}
 	return d, nil
+}
+
+// peeker is a Limiter that reports a key's state without spending
+// (global.Limiter, sharding.Global, Local).
+type peeker interface {
+	Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error)
+}
+
+// beyondBurst denies a request costing more than the rule's burst, which
+// no wait admits (the limiter would only say so as an error), so it names
+// no retry time. The quota it reports is the key's, read without spending
+// where the limiter can: a made-up "nothing left, resets now" sent
+// clients back at once, to be denied again. Other limiters report the
+// quota unknown as nothing left.
+func beyondBurst(ctx context.Context, ru *rule, key string) hybridlimit.Result {
+	res := hybridlimit.Result{Limit: ru.Limit}
+	if p, ok := ru.Limiter.(peeker); ok {
+		if r, err := p.Peek(ctx, key, ru.Limit); err == nil {
+			res = r
+		}
+	}
+	res.Allowed, res.RetryAfter = false, 0
+	return res
 }
 
 // tighter reports whether a is tighter than b: a denial beats an

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -249,4 +250,34 @@ func TestNewRejects(t *testing.T) {
 
 func ok2() Rule {
 	return Rule{Name: "first", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")}
+}
+
+// TestCostAboveBurstReportsTheQuota sends a request costing more than a
+// rule's burst: it is denied with no Retry-After (no wait admits it), and
+// the RateLimit field gives the key's quota as it is, untouched. It said
+// r=0;t=0 (nothing left, resets now), which sent clients back at once.
+func TestCostAboveBurstReportsTheQuota(t *testing.T) {
+	tb, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := NewLocal(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := hybridlimit.PerMinute(10)
+	m, err := New([]Rule{{Name: "up", Limiter: lim, Limit: limit, Key: Static("k"),
+		CostFunc: func(*http.Request) int64 { return 11 }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("POST", "/", nil))
+	_, state := fields(t, w.Header())
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" || len(state) != 1 || state[0].Params["r"] != 10 || state[0].Params["t"] != 0 {
+		t.Errorf("status %d, Retry-After %q, RateLimit %q; want 429, none, r=10;t=0", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
+	}
+	if r, _ := tb.Peek("up|k", time.Now(), limit, 1); r.Remaining != 10 {
+		t.Errorf("the denied request spent: %d left of 10", r.Remaining)
+	}
 }

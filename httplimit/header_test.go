@@ -1,7 +1,10 @@
 package httplimit
 
 import (
+	"math"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 func containsAll(s string, subs ...string) bool {
@@ -102,6 +106,23 @@ func TestWriteFields(t *testing.T) {
 	}
 }
 
+// TestRetryAfterOfTheLongestWait answers a denial with the longest wait a
+// Duration holds (a custom Limiter may): rounding it up to seconds
+// overflowed, and the client was told to retry in 1 second with t=0.
+func TestRetryAfterOfTheLongestWait(t *testing.T) {
+	never := answer(hybridlimit.Result{RetryAfter: math.MaxInt64, ResetAfter: math.MaxInt64}, nil)
+	m, err := New([]Rule{{Name: "a", Limiter: never, Limit: hybridlimit.PerMinute(10), Key: Static("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	want := strconv.FormatInt(int64(math.MaxInt64/time.Second)+1, 10)
+	if ra := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || ra != want {
+		t.Errorf("status %d, Retry-After %q, want 429 and %s; RateLimit %s", w.Code, ra, want, w.Header().Get("RateLimit"))
+	}
+}
+
 func TestRuleWindow(t *testing.T) {
 	// A client that is never used: window only looks at the algorithm.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
@@ -112,6 +133,13 @@ func TestRuleWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		return l
+	}
+	sharded := func(alg global.Algorithm, layout sharding.Layout) Limiter {
+		g, err := sharding.NewGlobal(rdb, alg, layout, sharding.Fixed(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
 	}
 	tests := []struct {
 		limiter Limiter
@@ -126,6 +154,9 @@ func TestRuleWindow(t *testing.T) {
 		{gl(global.GCRA), hybridlimit.PerMinute(100).WithBurst(10), 10, 6},
 		{gl(global.FixedWindow), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
 		{gl(global.SlidingLog), hybridlimit.PerHour(5), 5, 3600},
+		{sharded(global.FixedWindow, sharding.Suffix), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
+		{sharded(global.FixedWindow, sharding.Time), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
+		{sharded(global.GCRA, sharding.Suffix), hybridlimit.PerMinute(100).WithBurst(10), 10, 6},
 	}
 	for _, tt := range tests {
 		r := Rule{Limiter: tt.limiter, Limit: tt.limit}

@@ -67,6 +67,19 @@ func (l *Local) AllowNAt(ctx context.Context, now time.Time, key string, limit h
 	return r, err
 }
 
+// Peek reports key's state under limit without spending, as a request of
+// cost 1 would find it now; see local.Table.Peek.
+func (l *Local) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return hybridlimit.Result{}, err
+	}
+	r, err := l.t.Peek(key, time.Now(), limit, 1)
+	if err == nil {
+		r.Source = hybridlimit.SourceLocal
+	}
+	return r, err
+}
+
 // Kind names the kind of a Limiter, as logs and metrics label it:
 // "hybrid", "global", "local", or "custom" for any other implementation.
 func Kind(l Limiter) string {

@@ -14,9 +14,11 @@ import (
 //   - lets it through with the RateLimit-Policy and RateLimit fields of the
 //     tightest rule set on the response (handlers may still change them);
 //   - or answers 429 Too Many Requests with those fields, Retry-After in
-//     delay-seconds (rounded up, at least 1), Cache-Control: no-store and
-//     an application/problem+json body of type quota-exceeded naming the
-//     violated policies. A limit never yields 503;
+//     delay-seconds (rounded up, at least 1; none when no wait admits the
+//     request, its cost being above the rule's burst), Cache-Control:
+//     no-store and an application/problem+json body of type
+//     quota-exceeded naming the violated policies. A limit never yields
+//     503;
 //   - or, when a FailClosed rule's limiter failed and no rule denied,
 //     answers 503 with a temporary-reduced-capacity problem and Retry-After.
 //

@@ -157,7 +157,8 @@ func checkName(name string) error {
 // the rate a client may use, never overstates it.
 func (r *Rule) window() (q, w int64) {
 	d := r.Limit.Refill()
-	if g, ok := r.Limiter.(*global.Limiter); ok {
+	// global.Limiter and sharding.Global say their algorithm.
+	if g, ok := r.Limiter.(interface{ Algorithm() global.Algorithm }); ok {
 		switch g.Algorithm() {
 		case global.FixedWindow, global.SlidingWindow, global.SlidingLog:
 			d = r.Limit.Period
@@ -171,5 +172,9 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second) // not (d + time.Second - 1): it overflows near the largest d
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }

@@ -4,11 +4,12 @@
 // Stats snapshot per scrape; the library registers nothing, so register the
 // collectors yourself, on the registry of your choice:
 //
+//	hc, err := metrics.NewHybridCollector(limiter)
+//	if err != nil { ... }
+//	mc, err := metrics.NewMiddlewareCollector(mw)
+//	if err != nil { ... }
 //	reg := prometheus.NewRegistry()
-//	reg.MustRegister(
-//		metrics.NewHybridCollector(limiter),
-//		metrics.NewMiddlewareCollector(mw),
-//	)
+//	reg.MustRegister(hc, mc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Metric names start with a namespace, "hybridlimit" unless WithNamespace

@@ -87,7 +87,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "sync", name), help, labels, c.labels)
 	}
-	return &hybridCollector{
+	coll := &hybridCollector{
 		src:             src,
 		keys:            d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
 		live:            d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
@@ -114,7 +114,8 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		reshards:        d("reshards_total", "Keys this instance split or merged back (WithAutoShards)."),
 		moves:           d("layout_moves_total", "Keys this instance moved to a new layout of parts, its own reshards and those it heard of from Redis."),
 		errors:          d("errors_total", "Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.", "class"),
-	}, nil
+	}
+	return coll, checked(coll)
 }
 
 // Describe sends the descriptors of every metric.

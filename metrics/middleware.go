@@ -46,12 +46,13 @@ func NewMiddlewareCollector(src MiddlewareSource, opts ...Option) (prometheus.Co
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "http", name), help, labels, c.labels)
 	}
-	return &middlewareCollector{
+	coll := &middlewareCollector{
 		src:       src,
 		requests:  d("requests_total", "Requests the rate-limit middleware saw, by what it did with them.", "result"),
 		decisions: d("rule_decisions_total", "Rate-limit rule outcomes per request.", "rule", "limiter", "mode", "outcome"),
 		errored:   d("limiter_errors_total", "Errors returned by a rule's limiter instead of a decision, by class.", "rule", "limiter", "class"),
-	}, nil
+	}
+	return coll, checked(coll)
 }
 
 // Describe sends the descriptors of every metric.

@@ -108,3 +108,34 @@ hybridlimit_http_requests_total{limiter_name="edge",result="unavailable"} 0
 		t.Error("NewMiddlewareCollector(nil) succeeded")
 	}
 }
+
+// TestConstLabelsClash names a constant label like a variable one: the
+// middleware collector was made, and registering it failed (MustRegister
+// panicked), with the very example the option's doc gave.
+func TestConstLabelsClash(t *testing.T) {
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := httplimit.NewLocal(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Limiter: loc, Limit: hybridlimit.PerHour(2), Key: httplimit.Static("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMiddlewareCollector(mw, WithConstLabels(prometheus.Labels{"limiter": "public-api"})); err == nil {
+		t.Error("NewMiddlewareCollector with a constant label named limiter succeeded")
+	}
+	if _, err := NewHybridCollector(&fakeHybrid{}, WithConstLabels(prometheus.Labels{"class": "x"})); err == nil {
+		t.Error("NewHybridCollector with a constant label named class succeeded")
+	}
+	c, err := NewMiddlewareCollector(mw, WithConstLabels(prometheus.Labels{"service": "public-api"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
+		t.Error(err)
+	}
+}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -47,8 +48,9 @@ func WithNamespace(ns string) Option {
 }
 
 // WithConstLabels adds labels with fixed values to every metric, to tell
-// several collectors of one kind apart in one registry. Example:
-// WithConstLabels(prometheus.Labels{"limiter": "public-api"}).
+// several collectors of one kind apart in one registry. A name a metric
+// uses as a label of its own (rule, limiter, mode, outcome, class) is an
+// error. Example: WithConstLabels(prometheus.Labels{"service": "public-api"}).
 func WithConstLabels(l prometheus.Labels) Option {
 	return optionFunc(func(c *config) error {
 		c.labels = make(prometheus.Labels, len(l))
@@ -57,4 +59,14 @@ func WithConstLabels(l prometheus.Labels) Option {
 		}
 		return nil
 	})
+}
+
+// checked returns the error a registry would find in c's descriptors (a
+// constant label that clashes with a variable one), so the constructor
+// reports it instead of MustRegister panicking later.
+func checked(c prometheus.Collector) error {
+	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
 }

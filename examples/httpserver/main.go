@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	redisAddr := fs.String("redis", "", "Redis address, such as 127.0.0.1:6379")
 	embedded := fs.Bool("miniredis", false, "use an embedded miniredis instead of -redis (a demo: its keys never expire)")
 	configPath := fs.String("config", "", "rules file (.json, .yaml or .yml); default: the rules built in main.go")
-	trusted := fs.String("trust", "", "comma-separated CIDR prefixes of trusted proxies, whose X-Forwarded-For is believed")
+	trusted := fs.String("trust", "", "comma-separated CIDR prefixes of trusted proxies, whose X-Forwarded-For is believed (built-in rules; a rules file says client_ip)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +70,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	switch {
 	case *redisAddr != "" && *embedded:
 		return errors.New("-redis and -miniredis exclude each other")
+	case *trusted != "" && *configPath != "":
+		return errors.New("-trust is for the built-in rules: with -config, give the trusted proxies in the file's client_ip")
 	case *embedded:
 		m, err := miniredis.Run()
 		if err != nil {

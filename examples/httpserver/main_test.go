@@ -130,6 +130,7 @@ func TestServerFlags(t *testing.T) {
 		{"-redis", "127.0.0.1:1", "-miniredis"},
 		{"-miniredis", "-config", "missing.yaml"},
 		{"-miniredis", "-trust", "not-a-cidr"},
+		{"-miniredis", "-config", "rules.yaml", "-trust", "127.0.0.0/8"}, // was ignored without a word
 		{"-bogus"},
 	} {
 		if err := run(context.Background(), args, io.Discard, nil); err == nil {
