@@ -15,7 +15,8 @@ type Config struct {
 	// others run once.
 	Intervals []time.Duration
 	// RTT is the network round trip virtual mode models: a sync round's
-	// reply arrives RTT after its request. Default 1ms.
+	// reply arrives RTT after its request; at 0, at once. DefaultRTT is
+	// the usual value.
 	RTT time.Duration
 	// Parallel bounds the virtual runs going at once (default GOMAXPROCS).
 	// Runs share nothing, so the report does not depend on it.
@@ -32,7 +33,7 @@ type Config struct {
 	Progress func(done, total int, r Result)
 }
 
-// DefaultRTT is the round trip virtual mode models unless told otherwise.
+// DefaultRTT is the round trip cmd/sim models unless told otherwise (-rtt).
 const DefaultRTT = time.Millisecond
 
 func (c *Config) check() error {

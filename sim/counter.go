@@ -14,11 +14,11 @@ import (
 
 // Counter counts the Redis commands its clients send, per hash slot of each
 // command's first key, as a go-redis hook (ProcessHook and
-// ProcessPipelineHook). It counts at the client; in virtual mode and
-// against one standalone Redis every command reaches the one server, so the
-// count equals the server's. The commands a client sends on its own as it
-// sets up a connection (HELLO, AUTH, CLIENT ...) are not counted: they are
-// the client's, not the limiter's.
+// ProcessPipelineHook). It counts at the client, so on a cluster it must
+// hook each node's client (ClusterClient.OnNewNode) to count what every
+// server receives. The commands a client sends on its own, to set up a
+// connection (HELLO, AUTH, CLIENT ...) or follow the slot map (CLUSTER,
+// ASKING), are not counted: they are the client's, not the limiter's.
 //
 // The zero Counter is paused; NewCounter returns one that counts. A
 // Counter is safe for concurrent use.
@@ -205,14 +205,15 @@ func scriptKeys(args []any) []string {
 }
 
 // handshake reports whether a command is one a client sends on its own as
-// it sets up a connection (HELLO, AUTH, SELECT, READONLY, CLIENT ...).
+// it sets up a connection (HELLO, AUTH, SELECT, READONLY, CLIENT ...) or
+// follows a cluster's slot map (CLUSTER SLOTS, ASKING).
 func handshake(args []any) bool {
 	if len(args) == 0 {
 		return true
 	}
 	name, _ := args[0].(string)
 	switch strings.ToLower(name) {
-	case "hello", "auth", "select", "readonly", "client":
+	case "hello", "auth", "select", "readonly", "client", "cluster", "asking":
 		return true
 	}
 	return false
@@ -220,7 +221,8 @@ func handshake(args []any) bool {
 
 // firstKey returns the first key of a command: argument 3 of EVAL and
 // EVALSHA (after the script and the key count), argument 1 of the plain
-// commands the limiters send.
+// commands the limiters send. Keyless commands, WAIT after durable sync's
+// calls among them, have none: their arguments are not keys.
 func firstKey(args []any) (string, bool) {
 	if len(args) < 2 {
 		return "", false
@@ -233,7 +235,7 @@ func firstKey(args []any) (string, bool) {
 			return "", false
 		}
 		i = 3
-	case "ping", "hello", "client", "script", "info", "cluster", "command", "select", "auth", "readonly":
+	case "ping", "hello", "client", "script", "info", "cluster", "command", "select", "auth", "readonly", "wait", "waitaof":
 		return "", false
 	}
 	return asString(args[i]), true

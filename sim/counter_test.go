@@ -20,6 +20,9 @@ func TestFirstKey(t *testing.T) {
 		{[]any{"ping"}, "", false},
 		{[]any{"client", "setinfo", "lib-name", "x"}, "", false},
 		{[]any{"script", "load", "return 1"}, "", false},
+		{[]any{"wait", 1, int64(100)}, "", false}, // durable sync's, after its script calls
+		{[]any{"WAIT", "1", "100"}, "", false},
+		{[]any{"waitaof", 1, 0, int64(100)}, "", false},
 	}
 	for _, tt := range tests {
 		key, ok := firstKey(tt.args)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"runtime"
 	"slices"
@@ -100,14 +101,18 @@ func (rig *liveRig) close() {
 	}
 }
 
+// newClient returns a client whose commands hook sees. On a cluster the
+// hook goes on each node's client, not the cluster client: durable sync
+// sends through the node clients (MasterForKey), which a cluster client's
+// hooks do not reach, and every command ends on a node client anyway.
 func newClient(t LiveTarget, hook redis.Hook, pool int) redis.UniversalClient {
-	var c redis.UniversalClient
 	if t.Addr != "" {
-		c = redis.NewClient(&redis.Options{Addr: t.Addr, PoolSize: pool, Protocol: 2, DisableIdentity: true})
-	} else {
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.Cluster, PoolSize: pool, Protocol: 2, DisableIdentity: true})
+		c := redis.NewClient(&redis.Options{Addr: t.Addr, PoolSize: pool, Protocol: 2, DisableIdentity: true})
+		c.AddHook(hook)
+		return c
 	}
-	c.AddHook(hook)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.Cluster, PoolSize: pool, Protocol: 2, DisableIdentity: true})
+	c.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
 	return c
 }
 
@@ -230,6 +235,8 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		firstErr atomic.Pointer[error]
 		stop     atomic.Bool
 	)
+	// Decisions that need no Redis never look at ctx: stop them when it ends.
+	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	start := time.Now()
 	end := int64(sc.Duration)
 	for w := range workers {
@@ -302,9 +309,10 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	return res, nil
 }
 
-// quantile returns the q-quantile of sorted xs, nearest rank.
+// quantile returns the q-quantile of sorted xs by nearest rank: the
+// ceil(q n)-th smallest.
 func quantile(xs []int64, q float64) int64 {
-	i := int(q*float64(len(xs))+0.5) - 1
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
 	return xs[max(0, min(i, len(xs)-1))]
 }
 
@@ -325,14 +333,18 @@ func newPicker(sc Scenario, worker uint64) func(at int64) (int, int) {
 		}
 	case Flash:
 		// Key 0 asks as much as any other key until half time, then Flash
-		// times as much.
+		// times as much: a share hot of the draws, the others spread over
+		// the other keys (a uniform draw over all keys would add to key 0).
 		half := int64(sc.Duration) / 2
 		hot := sc.Flash / (sc.Flash + float64(sc.Keys-1))
 		return func(at int64) (int, int) {
-			if at >= half && rng.Float64() < hot {
+			if at < half {
+				return rng.IntN(sc.Keys), inst()
+			}
+			if rng.Float64() < hot {
 				return 0, inst()
 			}
-			return rng.IntN(sc.Keys), inst()
+			return 1 + rng.IntN(sc.Keys-1), inst()
 		}
 	}
 	return func(int64) (int, int) { return rng.IntN(sc.Keys), inst() }

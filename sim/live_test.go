@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -57,6 +58,110 @@ func TestLiveCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLive(t, rep)
+}
+
+// TestLiveCountsDurableClusterCalls checks redis_cmds against the masters'
+// own counts when durable sync sends each node's calls through that node's
+// client, which a cluster client's hooks do not reach.
+func TestLiveCountsDurableClusterCalls(t *testing.T) {
+	c := redistest.ClusterOf(t)
+	cc := c.Client(t)
+	scripts := func() (n int64) {
+		for _, v := range redistest.CommandCalls(t, cc, "evalsha", "eval", "wait") {
+			n += v
+		}
+		return n
+	}
+	cfg := liveConfig()
+	cfg.Scenario.Duration = time.Second
+	cfg.Strategies, cfg.Intervals = []Strategy{Reserve}, []time.Duration{100 * time.Millisecond}
+	before := scripts()
+	rep, err := RunLive(context.Background(), cfg, LiveTarget{Cluster: c.Addrs(), Workers: 2, Durable: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := scripts() - before
+	r := rep.Results[0]
+	t.Logf("redis_cmds %d, server-side EVAL, EVALSHA and WAIT %d, hottest slot %.3f", r.RedisCmds, server, r.HottestSlotShare)
+	// The server also ran what the simulator leaves out: the presence
+	// announced before the start and the flush at Close.
+	if r.RedisCmds > server || r.RedisCmds < server*8/10 {
+		t.Errorf("redis_cmds = %d, want at most and near the %d the masters ran", r.RedisCmds, server)
+	}
+	if r.HottestSlotShare > 0.5 {
+		t.Errorf("hottest_slot_share = %.3f, want the calls spread over slots", r.HottestSlotShare)
+	}
+}
+
+// TestLiveStopsOnCancel ends each strategy's run early: RunLive must return
+// the context's error then, not run on to the scenario's duration.
+func TestLiveStopsOnCancel(t *testing.T) {
+	s := redistest.StandaloneServer(t)
+	cfg := liveConfig()
+	cfg.Scenario.Duration = 5 * time.Second
+	for _, st := range Strategies() {
+		cfg.Strategies = []Strategy{st}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		start := time.Now()
+		_, err := RunLive(ctx, cfg, LiveTarget{Addr: s.Addr, Workers: 2})
+		cancel()
+		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+			t.Errorf("%s, context done after 200ms: RunLive returned %v after %v, want the context's error at once", st, err, took.Round(time.Millisecond))
+		}
+	}
+}
+
+// TestLiveFlashStepsUpByFactor checks that live flash traffic asks key 0,
+// after half time, Flash times as often as any other key, as Generate does.
+func TestLiveFlashStepsUpByFactor(t *testing.T) {
+	sc := small(Flash) // 20 keys, flash 50
+	pick := newPicker(sc, 0)
+	const n = 1_000_000
+	for _, at := range []int64{0, int64(sc.Duration) / 2} {
+		var hot int
+		for range n {
+			if k, _ := pick(at); k == 0 {
+				hot++
+			}
+		}
+		ratio := float64(hot) / (float64(n-hot) / float64(sc.Keys-1))
+		want := 1.0
+		if at > 0 {
+			want = sc.Flash
+		}
+		t.Logf("at %v: key 0 asked %.2f times as often as another key", time.Duration(at), ratio)
+		if ratio < want*0.97 || ratio > want*1.03 {
+			t.Errorf("at %v: key 0 asked %.2f times as often as another key, want %v", time.Duration(at), ratio, want)
+		}
+	}
+}
+
+func TestQuantileNearestRank(t *testing.T) {
+	seq := func(n int64) []int64 {
+		xs := make([]int64, n)
+		for i := range xs {
+			xs[i] = int64(i) + 1
+		}
+		return xs
+	}
+	tests := []struct {
+		n    int64
+		q    float64
+		want int64
+	}{
+		{70, 0.99, 70}, // rank ceil(69.3) = 70
+		{100, 0.99, 99},
+		{101, 0.99, 100},
+		{4, 0.5, 2},
+		{5, 0.5, 3},
+		{1, 0.99, 1},
+		{3, 0, 1},
+	}
+	for _, tt := range tests {
+		if got := quantile(seq(tt.n), tt.q); got != tt.want {
+			t.Errorf("quantile(1..%d, %v) = %d, want %d", tt.n, tt.q, got, tt.want)
+		}
+	}
 }
 
 func TestLiveRejectsBadTarget(t *testing.T) {

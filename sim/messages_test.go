@@ -14,6 +14,7 @@ func TestMessageKinds(t *testing.T) {
 		Scenario:   small(Hotspot),
 		Strategies: []Strategy{Optimistic, Reserve},
 		Intervals:  []time.Duration{200 * time.Millisecond},
+		RTT:        DefaultRTT,
 		Detail:     true,
 	}
 	rep, err := RunVirtual(context.Background(), cfg)

@@ -53,9 +53,6 @@ func RunVirtual(ctx context.Context, cfg Config) (*Report, error) {
 // runVirtual is RunVirtual with scripts run by the embedded Redis's own
 // interpreter (scripts) or by miniredis's EVAL, which tests compare.
 func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) {
-	if cfg.RTT == 0 {
-		cfg.RTT = DefaultRTT
-	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ func smallConfig() Config {
 		Scenario:   small(Hotspot),
 		Strategies: Strategies(),
 		Intervals:  []time.Duration{50 * time.Millisecond, 200 * time.Millisecond},
+		RTT:        DefaultRTT,
 	}
 }
 
@@ -92,6 +93,27 @@ func TestVirtualExactMatchesOracle(t *testing.T) {
 		if r.Admitted == r.Decisions {
 			t.Errorf("%s: every request admitted: the scenario does not test the limit", w)
 		}
+	}
+}
+
+// TestVirtualZeroRTT checks that an RTT of 0 models replies that arrive at
+// once, not the 1ms round trip cmd/sim defaults to.
+func TestVirtualZeroRTT(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Strategies = []Strategy{Reserve}
+	var out [2]bytes.Buffer
+	for i, rtt := range []time.Duration{0, DefaultRTT} {
+		cfg.RTT = rtt
+		rep, err := RunVirtual(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(&out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Errorf("RTT 0 and RTT %v give the same report:\n%s", DefaultRTT, out[0].Bytes())
 	}
 }
 

@@ -187,6 +187,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 				o.target.Cluster = append(o.target.Cluster, a)
 			}
 		}
+		if len(o.target.Cluster) == 0 {
+			return nil, bad("-cluster %q names no node", *cluster)
+		}
 	}
 	return o, nil
 }
@@ -207,14 +210,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) { // parse returns no other error
 		if !ue.printed {
 			fmt.Fprintf(stderr, "sim: %s\nRun sim -h for the flags.\n", ue.msg)
 		}
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "sim: %v\n", err)
 		return 2
 	}
 	start := time.Now()
@@ -234,8 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.cpuprof != "" {
 		stop, err := startProfile(o.cpuprof)
 		if err != nil {
-			fmt.Fprintf(stderr, "sim: %v\n", err)
-			return 1
+			return fail(stderr, err)
 		}
 		defer stop()
 	}
@@ -246,8 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rep, err = sim.RunVirtual(ctx, o.cfg)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sim: %v\n", err)
-		return 1
+		return fail(stderr, err)
 	}
 	if o.progress {
 		fmt.Fprintf(stderr, "sim: %d runs in %.1fs\n", len(rep.Results), time.Since(start).Seconds())
@@ -267,10 +264,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = writeFile(o.svg, rep.WriteSVG)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sim: %v\n", err)
-		return 1
+		return fail(stderr, err)
 	}
 	return 0
+}
+
+// fail prints a failed run's error with one "sim: " and returns status 1:
+// package sim's errors carry the prefix already, others (a file's, a
+// cancelled context's) do not.
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "sim: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
+	return 1
 }
 
 // startProfile starts a CPU profile into path and returns what stops it.

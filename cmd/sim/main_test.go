@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -48,6 +49,8 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"-live"}, "-live needs -redis"},
 		{[]string{"-live", "-redis", "a:1", "-cluster", "b:1"}, "not both"},
 		{[]string{"-live", "-redis", "a:1", "-rtt", "2ms"}, "-rtt is for virtual mode"},
+		{[]string{"-live", "-cluster", ","}, "-cluster"},
+		{[]string{"-live", "-cluster", " , "}, "-cluster"},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runSim(t, tt.args...)
@@ -131,5 +134,23 @@ func TestRunFailsOnUnreachableRedis(t *testing.T) {
 	code, _, stderr := runSim(t, "-live", "-redis", "127.0.0.1:1", "-duration", "100ms", "-strategies", "exact")
 	if code != 1 || !strings.Contains(stderr, "sim:") {
 		t.Errorf("sim against no Redis = %d, %q; want 1", code, stderr)
+	}
+}
+
+// TestRunFailureSaysSimOnce checks that a failed run's message starts with
+// one "sim: ", whether package sim's error already carries it or not.
+func TestRunFailureSaysSimOnce(t *testing.T) {
+	s := redistest.StandaloneServer(t)
+	for name, args := range map[string][]string{
+		"unreachable": {"-live", "-redis", "127.0.0.1:1", "-duration", "100ms", "-strategies", "exact"},
+		"cancelled":   {"-live", "-redis", s.Addr, "-duration", "5s", "-strategies", "exact"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, args, &stdout, &stderr)
+		cancel()
+		if msg := stderr.String(); code != 1 || !strings.HasPrefix(msg, "sim: ") || strings.Contains(msg, "sim: sim:") {
+			t.Errorf("%s: sim = %d, %q; want 1 and one \"sim: \"", name, code, msg)
+		}
 	}
 }
