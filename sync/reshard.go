@@ -368,7 +368,25 @@ func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
 func (l *Limiter) move(key string, to layout, now time.Time) {
 	l.moveMu.Lock()
 	defer l.moveMu.Unlock()
-	l.moveLocked(key, to, now)
+	l.moveLocked(key, to, now, false)
+}
+
+// moveBack moves key's entries from a moved layout, whose markers may have
+// lapsed (see prepare), back to its configured layout, whose markers the
+// instances that split the key renew and which send it on to where the
+// key lives now.
+func (l *Limiter) moveBack(key string, now time.Time) {
+	home := l.table.get(key)
+	if home == nil || home.dead.Load() {
+		return
+	}
+	s, err := l.shardCount(key, *home.limit.Load())
+	if err != nil {
+		return
+	}
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	l.moveLocked(key, layout{s, 0}, now, true)
 }
 
 // movePending makes the moves that waited for a round in flight. The
@@ -382,15 +400,16 @@ func (l *Limiter) movePending(now time.Time) {
 	// In key order: a move numbers a new entry, so that a simulation in
 	// virtual time replays exactly.
 	for _, key := range slices.Sorted(maps.Keys(l.pending)) {
-		l.moveLocked(key, l.pending[key], now)
+		l.moveLocked(key, l.pending[key], now, false)
 	}
 }
 
-// moveLocked is move. The caller holds moveMu.
-func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
+// moveLocked is move, and moveBack when back is set: a move to an
+// earlier generation, the configured one. The caller holds moveMu.
+func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	if p, ok := l.pending[key]; ok {
 		if p.gen > to.gen {
-			to = p // a later layout than the marker that called
+			to, back = p, false // a later layout than the marker that called
 		}
 		delete(l.pending, key)
 	}
@@ -399,7 +418,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time) {
 		return
 	}
 	from := home.layout()
-	if from == to || (from.gen != 0 && to.gen <= from.gen) {
+	if from == to || (from.gen != 0 && to.gen <= from.gen && !back) {
 		return // already there, or a marker older than what we know
 	}
 	old := []*entry{home}

@@ -37,6 +37,9 @@ type message struct {
 type round struct {
 	l    *Limiter
 	msgs []message
+	// rejoin holds the keys of entries that heard nothing from Redis for
+	// too long to trust their moved layout (see prepare).
+	rejoin []string
 }
 
 // pipelineCalls bounds the script calls in one pipeline, and
@@ -66,6 +69,16 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 		l.lock(e)
 		if e.inflight || e.dead.Load() {
 			e.flagged = false
+			l.unlock(e)
+			continue
+		}
+		if e.gen != 0 && time.Duration(l.nanos(now)-e.heardAt) >= l.markerLife(*e.limit.Load())/2 {
+			// A moved layout's markers, which send its instances on when
+			// the key moves again, are not renewed: after a gap this long
+			// they may have lapsed, and a lapsed marker reads as a full
+			// bucket. Go back through the configured layout, whose markers
+			// are kept, rather than spend a layout no one else uses.
+			r.rejoin = append(r.rejoin, e.owner)
 			l.unlock(e)
 			continue
 		}
@@ -562,6 +575,10 @@ func (r *round) apply(now time.Time) {
 		// The part is closed: the key lives in the layout its marker names.
 		l.move(m.e.owner, layout{int(m.reply[5]), int(m.reply[6])}, now)
 	}
+	slices.Sort(r.rejoin)
+	for _, key := range slices.Compact(r.rejoin) {
+		l.moveBack(key, now)
+	}
 	l.movePending(now)
 	l.stats.messages.Add(uint64(len(r.msgs)))
 }
@@ -570,6 +587,7 @@ func (r *round) apply(now time.Time) {
 func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	total, remaining, retryUS, resetUS, allowance := m.reply[0], m.reply[1], m.reply[2], m.reply[3], m.reply[4]
 	e.acked = total
+	e.heardAt = l.nanos(now)
 	e.synced.Store(true)
 	if l.cfg.mode == Optimistic {
 		// The allowance counts from the consumption the message carried;
