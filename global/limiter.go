@@ -55,7 +55,7 @@ func (a Algorithm) valid() bool { return a >= TokenBucket && a <= SlidingLog }
 
 // ErrInvalidTime is wrapped by the errors of the At methods for a time at
 // or before the Unix epoch, or too far ahead for microseconds to stay exact
-// in Lua (after the year 2255).
+// in Lua once a refill time is added to it (lua.MaxNow, in the year 2219).
 var ErrInvalidTime = errors.New("global: invalid time")
 
 // Limiter is an exact rate limiter whose state lives in Redis: each
@@ -263,7 +263,7 @@ func redisError(ctx context.Context, what string, err error) error {
 // positive (0 means Redis TIME to the scripts) and exact in Lua.
 func micros(t time.Time) (int64, error) {
 	us := t.UnixMicro()
-	if us <= 0 || us >= 1<<53 {
+	if us <= 0 || us >= lua.MaxNow {
 		return 0, fmt.Errorf("%w: %v", ErrInvalidTime, t)
 	}
 	return us, nil

@@ -13,6 +13,11 @@ const maxExact = 1 << 53
 // time an empty bucket takes to fill must be below it.
 const maxWide = 1 << 50
 
+// MaxNow bounds a caller's time, in microseconds since the Unix epoch (a
+// little after the year 2219): the scripts add durations below 2^50 to it,
+// and the sum must stay below 2^53 to be exact.
+const MaxNow = maxExact - maxWide
+
 // Params are the numbers of one rate-limiting decision, in the units the
 // scripts use. The caller validates them (see hybridlimit.Limit.Validate):
 // every field but Now must be at least 1, Cost at most Burst.
@@ -44,7 +49,7 @@ func (p Params) peek() int64 {
 }
 
 func (p Params) check() error {
-	if p.Now < 0 || p.Now >= maxExact || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
+	if p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
 		p.Burst < 1 || p.Burst >= maxWide || p.Cost < 1 || p.Cost > p.Burst {
 		return ErrParams
 	}
@@ -92,7 +97,7 @@ func (p Params) WindowArgs() ([]any, error) {
 // ConcurrencyArgs returns ARGV for ConcurrencyAcquire: at most maxHeld leases
 // of ttlUS microseconds each, the new one named id.
 func ConcurrencyArgs(now, maxHeld, ttlUS int64, id string, peek bool) ([]any, error) {
-	if now < 0 || now >= maxExact || maxHeld < 1 || maxHeld >= maxExact || ttlUS < 1 || ttlUS >= maxExact || id == "" {
+	if now < 0 || now >= MaxNow || maxHeld < 1 || maxHeld >= maxExact || ttlUS < 1 || ttlUS >= maxWide || id == "" {
 		return nil, ErrParams
 	}
 	return []any{now, maxHeld, ttlUS, id, Params{Peek: peek}.peek()}, nil
@@ -100,7 +105,7 @@ func ConcurrencyArgs(now, maxHeld, ttlUS int64, id string, peek bool) ([]any, er
 
 // ReleaseArgs returns ARGV for ConcurrencyRelease.
 func ReleaseArgs(now int64, id string) ([]any, error) {
-	if now < 0 || now >= maxExact || id == "" {
+	if now < 0 || now >= MaxNow || id == "" {
 		return nil, ErrParams
 	}
 	return []any{now, id}, nil

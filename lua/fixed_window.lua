@@ -19,7 +19,9 @@
 --
 -- retry_after is the time to the next window; reset_after is the time to
 -- the end of the window, or 0 when nothing was admitted in it. TTL: the end
--- of the window, set on every write; a denial or a peek writes nothing.
+-- of the window, set on every write; a denial only lengthens it, when its
+-- window ends later than the last write's (keep_for); a peek writes
+-- nothing.
 
 local key = KEYS[1]
 local now = now_us()
@@ -43,6 +45,8 @@ if allowed and not peek then
   n = n + cost
   redis.call('HSET', key, 'w', start, 'n', n)
   redis.call('PEXPIRE', key, ttl_ms(left))
+elseif not peek then
+  keep_for(key, ttl_ms(left))
 end
 
 local remaining = quota - n

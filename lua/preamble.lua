@@ -143,6 +143,18 @@ local function tat_text(tat, now, old)
   return v
 end
 
+-- keep_for makes key live at least ms milliseconds more, never shortening
+-- its TTL. A denial writes no state, but the state it read may matter
+-- longer under its limit than under the limit of the write that set the
+-- TTL (a slower refill, a longer window): expiring on the old schedule, it
+-- would read as fresh and admit what the denial just refused.
+local function keep_for(key, ms)
+  local left = redis.call('PTTL', key)
+  if left >= 0 and left < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- later returns tat + d (d < 0 moves it back) rounded up, never below
 -- the exact sum: the bucket's time must move by at least what the tokens
 -- granted or handed back are worth. A float of microseconds since the

@@ -33,7 +33,9 @@
 -- enough of the oldest members leave; reset_after the time until the
 -- newest one does. TTL: the newest member's lifetime, t + period - now,
 -- on both keys, set on every admission and on meta whenever it is
--- written; removing members never needs a longer TTL on the log.
+-- written; removing members never needs a longer TTL on the log. A
+-- denial lengthens both TTLs when its period is longer than the last
+-- write's (keep_for).
 
 local log, meta = KEYS[1], KEYS[2]
 local now = now_us()
@@ -88,6 +90,9 @@ if allowed and not peek then
   redis.call('HSET', meta, 'sum', sum, 't', t)
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
+elseif not peek then
+  keep_for(log, ttl)
+  keep_for(meta, ttl)
 end
 
 local remaining = quota - sum

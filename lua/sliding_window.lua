@@ -29,7 +29,9 @@
 -- retry_after is the exact time until the estimate has fallen enough,
 -- assuming nothing else is admitted; reset_after is the time until the
 -- estimate is 0. TTL: the end of the next window (cur is still weighed
--- until then), set on every write; a denial or a peek writes nothing.
+-- until then), set on every write; a denial only lengthens it, when its
+-- period is longer than the last write's (keep_for); a peek writes
+-- nothing.
 
 local key = KEYS[1]
 local now = now_us()
@@ -63,6 +65,8 @@ if allowed and not peek then
   cur = cur + cost
   redis.call('HSET', key, 'w', start, 'c', cur, 'p', prev)
   redis.call('PEXPIRE', key, ttl_ms(start + 2 * period - now))
+elseif not peek then
+  keep_for(key, ttl_ms(start + 2 * period - now))
 end
 
 local remaining = quota - cur - weighed
@@ -77,9 +81,11 @@ if not allowed then
     -- must decay until cur*(period - x) + cost*period <= quota*period.
     retry = (start + period - now) + ceil_mul_div(cur + cost - quota, period, 0, cur)
   else
-    -- Within this window, once prev*(left - x) <= (quota - cur - cost)*period:
-    -- x >= left - floor((quota - cur - cost)*period / prev), below left.
-    retry = left - mul_div(quota - cur - cost, period, 0, prev)
+    -- Within this window, once prev*(start + period - now - x) <=
+    -- (quota - cur - cost)*period, that is once x is start + period - now
+    -- less floor((quota - cur - cost)*period / prev): left, plus the wait
+    -- for start when the clock stepped back to before it (elapsed 0).
+    retry = (start + period - now) - mul_div(quota - cur - cost, period, 0, prev)
   end
 end
 

@@ -22,7 +22,9 @@
 -- e*rate and burst*period_us pass 2^53 for large limits: they go through
 -- mul_div, so every decision and every time in the reply is exact.
 -- TTL: time until the bucket is full again, set on every write. A denial
--- or a peek writes nothing: the stored state and its TTL stay valid.
+-- writes no state and only lengthens the TTL, when its limit fills the
+-- bucket more slowly than the last write's (keep_for); a peek writes
+-- nothing.
 
 local key = KEYS[1]
 local now = now_us()
@@ -74,6 +76,8 @@ local reset = lag + ceil_mul_div(burst - n, period, -m, rate)
 if allowed and not peek then
   redis.call('HSET', key, 'n', n, 'm', m, 'ts', ts, 'p', period)
   redis.call('PEXPIRE', key, ttl_ms(reset))
+elseif not peek then
+  keep_for(key, ttl_ms(reset))
 end
 
 local retry = 0

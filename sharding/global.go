@@ -164,6 +164,10 @@ func (g *Global) Shards(key string, limit hybridlimit.Limit) int {
 }
 
 func (g *Global) count(key string, limit hybridlimit.Limit) (int, error) {
+	if g == nil || g.whole == nil || g.shards == nil {
+		// A Global not made by NewGlobal, as global.Limiter's zero value.
+		return 0, fmt.Errorf("sharding: %w", hybridlimit.ErrNilClient)
+	}
 	if err := limit.Validate(); err != nil {
 		return 0, fmt.Errorf("sharding: %w", err)
 	}
