@@ -255,19 +255,19 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 // newEntry returns the entry named name of part j of key in layout at.
 func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.Time, j int, at layout) *entry {
 	e := &entry{
-		key:     name,
-		owner:   key,
-		shard:   int32(j),
-		shards:  int32(at.shards),
-		gen:     int32(at.gen),
-		group:   int32(l.partGroup(key, j, at.shards)),
-		epoch:   l.seq.Add(1),
-		lastAt:  l.nanos(now),
-		usedAt:  l.nanos(now),
-		heardAt: l.nanos(now),
-		due:     -1,
+		key:    name,
+		owner:  key,
+		shard:  int32(j),
+		shards: int32(at.shards),
+		gen:    int32(at.gen),
+		group:  int32(l.partGroup(key, j, at.shards)),
+		epoch:  l.seq.Add(1),
+		lastAt: l.nanos(now),
+		usedAt: l.nanos(now),
+		due:    -1,
 	}
 	e.limit.Store(l.limits.get(limit))
+	e.heardAt.Store(l.nanos(now))
 	e.remaining.Store(limit.Burst)
 	e.partLeft.Store(partLimit(e).Burst)
 	e.via.Store(int32(j))

@@ -64,7 +64,7 @@ type entry struct {
 	usedAt   int64         // when a round last saw consumption (or the entry's first round)
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
-	heardAt  int64         // when Redis last answered for this entry, or when it was made
+	heardAt  atomic.Int64  // when Redis last answered for this entry, or when it was made
 }
 
 // layout returns the layout of e's key that e belongs to.

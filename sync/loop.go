@@ -182,8 +182,13 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || !e.synced.Load() || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
+	if e.inflight || e.unacked || e.flagged || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
 		return false
+	}
+	if !e.synced.Load() {
+		// Never asked (a part a decision might have turned to): Redis
+		// counts nothing for it, and it was given nothing.
+		return e.issued == 0 && e.avail.Load() == 0
 	}
 	if l.cfg.mode == Optimistic {
 		if e.consumed() != e.acked {

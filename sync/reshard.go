@@ -447,6 +447,12 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 		return // the sweep evicted it meanwhile: a new entry will ask Redis
 	}
 	for _, e := range old {
+		if back && e.unacked {
+			// A grant whose reply was lost stays in the old ledger until
+			// a reply restates it: moved now, it would be lost.
+			unlock()
+			return
+		}
 		if e.inflight {
 			unlock()
 			if l.pending == nil {

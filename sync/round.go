@@ -72,22 +72,32 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			l.unlock(e)
 			continue
 		}
-		if e.gen != 0 && time.Duration(l.nanos(now)-e.heardAt) >= l.markerLife(*e.limit.Load())/2 {
+		last := final
+		if l.outOfTouch(e, now) {
 			// A moved layout's markers, which send its instances on when
 			// the key moves again, are not renewed: after a gap this long
 			// they may have lapsed, and a lapsed marker reads as a full
 			// bucket. Go back through the configured layout, whose markers
 			// are kept, rather than spend a layout no one else uses.
 			r.rejoin = append(r.rejoin, e.owner)
-			l.unlock(e)
-			continue
+			if !e.unacked {
+				e.flagged, e.waiting = false, 0
+				l.sched.at(e, l.nanos(now)) // again next tick, if the move waits
+				l.unlock(e)
+				continue
+			}
+			// Its last message may have been granted, the reply lost: hand
+			// everything back and ask for nothing, so that the reply's
+			// total recovers the grant (and a lapsed bucket grants none)
+			// before the move.
+			last = true
 		}
 		if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && time.Duration(l.nanos(now)-e.grantAt) >= l.allowanceLife()/2 {
 			// Half-way to lapsing in Redis and not renewed: stop spending
 			// it, with half a life of margin for a late round.
 			e.take(e.avail.Load())
 		}
-		m, send := l.compose(now, e, final)
+		m, send := l.compose(now, e, last)
 		e.flagged, e.waiting = false, 0
 		if !send && e.avail.Load() > 0 {
 			// Nothing to say yet: look again when the allowance may run
@@ -108,6 +118,21 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 		l.unlock(e)
 	}
 	return r
+}
+
+// outOfTouch reports whether e is in a moved layout of its key that has
+// heard nothing from Redis for half a marker's life. The key's home entry
+// speaks for the layout: a part asked rarely is not out of touch while
+// home syncs. The caller holds e.mu.
+func (l *Limiter) outOfTouch(e *entry, now time.Time) bool {
+	if e.gen == 0 {
+		return false
+	}
+	heard := e.heardAt.Load()
+	if h := l.table.get(e.owner); h != nil && h.layout() == e.layout() {
+		heard = max(heard, h.heardAt.Load())
+	}
+	return time.Duration(l.nanos(now)-heard) >= l.markerLife(*e.limit.Load())/2
 }
 
 // compose computes e's message. The caller holds e.mu.
@@ -587,7 +612,7 @@ func (r *round) apply(now time.Time) {
 func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	total, remaining, retryUS, resetUS, allowance := m.reply[0], m.reply[1], m.reply[2], m.reply[3], m.reply[4]
 	e.acked = total
-	e.heardAt = l.nanos(now)
+	e.heardAt.Store(l.nanos(now))
 	e.synced.Store(true)
 	if l.cfg.mode == Optimistic {
 		// The allowance counts from the consumption the message carried;
