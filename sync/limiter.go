@@ -309,6 +309,51 @@ func (l *Limiter) InstanceID() string { return l.cfg.instanceID }
 // Mode returns the reconcile mode.
 func (l *Limiter) Mode() Mode { return l.cfg.mode }
 
+// Peek reports key's state under limit as this instance knows it, without
+// spending and without asking Redis: Remaining is the allowance it holds
+// plus what the key's global bucket held at its last sync (as decisions
+// report it), Allowed whether a request of cost 1 would find a token by
+// that reckoning, RetryAfter how long Redis said the bucket stays empty.
+// A key the instance does not track reads as full, as an absent bucket
+// does in Redis. It is for reporting, such as the quota in the headers of
+// a request refused unasked (httplimit, a cost above the burst), not for
+// deciding: other instances may have spent since.
+func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return hybridlimit.Result{}, err
+	}
+	if l.closed.Load() {
+		return hybridlimit.Result{}, ErrClosed
+	}
+	if err := limit.Validate(); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	}
+	r := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceLocal}
+	e := l.table.get(key)
+	if e == nil || e.dead.Load() {
+		r.Allowed, r.Remaining = true, limit.Burst
+		return r, nil
+	}
+	held := e.held()
+	r.Remaining = min(held+e.remaining.Load(), limit.Burst)
+	r.ResetAfter = time.Duration(e.resetAfter.Load())
+	left := time.Duration(e.denyUntil.Load() - l.nanos(l.cfg.clock.Now()))
+	switch {
+	case held >= 1:
+		r.Allowed = true
+	case left > 0:
+		r.RetryAfter = left
+	case r.Remaining >= 1:
+		r.Allowed = true
+	default:
+		r.RetryAfter = l.cfg.interval // the next round may bring tokens
+	}
+	return r, nil
+}
+
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
 	return l.AllowNAt(ctx, time.Time{}, key, limit, 1)

@@ -122,15 +122,19 @@ func (e *entry) spend(cost int64) int64 {
 // no counter holds it alone: only the entry's mutex, which gathers it,
 // can then pay the cost (see spendGathered).
 func (e *entry) fragmented(cost int64) bool {
-	s := e.stripes.Load()
-	if s == nil {
-		return false
-	}
+	return e.stripes.Load() != nil && e.held() >= cost
+}
+
+// held returns the allowance e holds unspent, its per-CPU counters
+// included, as read one counter at a time.
+func (e *entry) held() int64 {
 	sum := max(e.avail.Load(), 0)
-	for i := range s.cells {
-		sum += max(s.cells[i].n.Load(), 0)
+	if s := e.stripes.Load(); s != nil {
+		for i := range s.cells {
+			sum += max(s.cells[i].n.Load(), 0)
+		}
 	}
-	return sum >= cost
+	return sum
 }
 
 // spendGathered spends cost from e's allowance gathered under its mutex,
