@@ -19,7 +19,8 @@
 --            "credit" add ARGV[7] tokens to an open bucket that is not
 --                     full, up to full;
 --            "mark"   set the marker if the bucket is a marker already
---                     or full (the default layout of a moved key);
+--                     or full (the default layout of a moved key); a
+--                     marker of a later generation stays, renewed;
 --            "check"  change nothing; done is 1 if the bucket is open
 --                     (not a marker), so still part of the key's layout;
 --            "lock"   set KEYS[1] to the marker (here an owner's name)
@@ -90,6 +91,12 @@ elseif op == 'credit' then
 elseif op == 'mark' then
   if exists and not closed then return {0, 0, now} end
   -- Renewal: the marker's life starts again now, whatever is left of it.
+  -- A marker is never moved back to an earlier generation: an instance
+  -- that has not heard of the latest move renews the one it knows of.
+  local gen = function(m) return tonumber(string.match(m, '^m%d+%.(%d+)$')) or -1 end
+  if closed and gen(raw) > gen(marker) then
+    marker = raw
+  end
   redis.call('HSET', key, 't', marker, 'x', string.format('%d', now_ms + n))
   redis.call('PEXPIRE', key, n)
   return {1, 0, now}

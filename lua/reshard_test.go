@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -70,10 +71,23 @@ func (m *reshardModel) apply(op, marker string, n int64, now float64) [3]int64 {
 		if m.exists && !closed {
 			return reply(false, 0)
 		}
+		if closed && markerGen(m.marker) > markerGen(marker) {
+			marker = m.marker // never back to an earlier generation
+		}
 		m.exists, m.marker = true, marker
 		return reply(true, 0)
 	}
 	panic("unknown op " + op)
+}
+
+// markerGen returns the generation a marker "m<shards>.<gen>" names.
+func markerGen(marker string) int {
+	_, gen, _ := strings.Cut(marker, ".")
+	g, err := strconv.Atoi(gen)
+	if err != nil {
+		panic("bad marker " + marker)
+	}
+	return g
 }
 
 // TestReshardMatchesModel plays random sequences of reshard ops, at
