@@ -87,7 +87,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		live       = fs.Bool("live", false, "run in real time against -redis or -cluster")
 		redisAddr  = fs.String("redis", "", "live: a Redis server, host:port")
 		cluster    = fs.String("cluster", "", "live: comma list of Redis Cluster nodes")
-		workers    = fs.Int("workers", 0, "live: goroutines per instance (default 2 x GOMAXPROCS)")
+		workers    = fs.Int("workers", 0, fmt.Sprintf("live: goroutines per instance, 1 to %d (default 2 x GOMAXPROCS)", sim.MaxWorkers))
 		durable    = fs.Int("durable", 0, "live: hybrid sync calls wait for this many replicas (WAIT), to measure durable sync")
 		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
@@ -177,8 +177,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt is for virtual mode; live mode has the real one")
 	case *live && *standalone:
 		return nil, bad("-standalone is for virtual mode; live mode uses the Redis it is given")
-	case *workers < 0:
-		return nil, bad("-workers %d is negative", *workers)
+	case set["workers"] && (*workers < 1 || *workers > sim.MaxWorkers):
+		return nil, bad("-workers %d is outside [1, %d]", *workers, sim.MaxWorkers)
+	case set["workers"] && *workers > sim.MaxTotalWorkers/sc.Instances:
+		return nil, bad("-workers %d x -instances %d is more than %d workers in all", *workers, sc.Instances, sim.MaxTotalWorkers)
 	}
 	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
 	if *cluster != "" {

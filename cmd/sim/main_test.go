@@ -51,6 +51,11 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"-live", "-redis", "a:1", "-rtt", "2ms"}, "-rtt is for virtual mode"},
 		{[]string{"-live", "-cluster", ","}, "-cluster"},
 		{[]string{"-live", "-cluster", " , "}, "-cluster"},
+		// go-redis panicked on the pool size these make (above MaxInt32).
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-strategies", "exact", "-workers", "300000000"}, "-workers 300000000 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "0"}, "-workers 0 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "-1"}, "-workers -1 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "4096", "-instances", "1024"}, "-workers 4096 x -instances 1024"},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runSim(t, tt.args...)
