@@ -63,6 +63,12 @@ type ClientIP struct {
 	// key: 1 to 32 and 1 to 128. Zero means DefaultIPv4Prefix and
 	// DefaultIPv6Prefix.
 	IPv4Prefix, IPv6Prefix int
+	// TrustUnixPeer trusts a peer that has no IP address as a proxy: one
+	// connected over a Unix socket, for which net/http sets RemoteAddr to
+	// "@". Without it such a request has no client address, and IP rules
+	// do not apply to it (OutcomeNoKey). Set it when only your proxy can
+	// reach the socket.
+	TrustUnixPeer bool
 }
 
 // ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") and
@@ -112,15 +118,15 @@ func (c *ClientIP) Validate() error {
 	return nil
 }
 
-// Addr returns the client's address, unmasked. It reports false only when
-// the peer address itself cannot be parsed, which net/http's server never
-// produces.
+// Addr returns the client's address, unmasked. It reports false when the
+// peer address is not an IP, as on a Unix socket ("@"), unless
+// TrustUnixPeer; then when the forwarding header names no address.
 func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 	peer, ok := parseNode(r.RemoteAddr)
-	if !ok {
+	if !ok && !c.TrustUnixPeer {
 		return netip.Addr{}, false
 	}
-	if !c.trusted(peer) {
+	if ok && !c.trusted(peer) {
 		return peer, true
 	}
 	var hops []string
@@ -131,7 +137,7 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 			hops = append(hops, strings.Split(v, ",")...)
 		}
 	}
-	client := peer
+	client := peer // invalid for a Unix-socket peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := parseNode(strings.TrimSpace(hops[i]))
 		if !ok {
@@ -142,7 +148,7 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 			break
 		}
 	}
-	return client, true
+	return client, client.IsValid()
 }
 
 // Prefix returns the client's address masked to the configured prefix.

@@ -1,8 +1,12 @@
 package httplimit
 
 import (
+	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"testing"
 )
 
@@ -128,5 +132,73 @@ func TestClientIPValidate(t *testing.T) {
 	}
 	if err := (&ClientIP{IPv4Prefix: 24, IPv6Prefix: 56, Header: Forwarded}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestClientIPUnixPeer: behind a proxy that connects over a Unix socket
+// (nginx proxy_pass http://unix:...), net/http sets RemoteAddr to "@",
+// which is no IP: no TrustedProxies entry can match it, so the forwarding
+// header was never read and per-IP rules were skipped for every request.
+// TrustUnixPeer trusts such a peer as a proxy.
+func TestClientIPUnixPeer(t *testing.T) {
+	tp, _ := ParsePrefixes("10.0.0.0/8")
+	tests := []struct {
+		name   string
+		res    ClientIP
+		remote string
+		xff    string
+		want   string // "" for no address
+	}{
+		{"unix peer not trusted by default", ClientIP{}, "@", "203.0.113.7", ""},
+		{"unix peer trusted", ClientIP{TrustUnixPeer: true}, "@", "203.0.113.7", "203.0.113.7"},
+		{"trusted hops skipped", ClientIP{TrustUnixPeer: true, TrustedProxies: tp}, "@", "198.51.100.1, 10.0.0.2", "198.51.100.1"},
+		{"client-written hops not believed", ClientIP{TrustUnixPeer: true}, "@", "192.0.2.66, 203.0.113.7", "203.0.113.7"},
+		{"unix peer without header", ClientIP{TrustUnixPeer: true}, "@", "", ""},
+		{"unix peer with a bad hop", ClientIP{TrustUnixPeer: true}, "@", "unknown", ""},
+		{"TCP peer still the peer", ClientIP{TrustUnixPeer: true}, "198.51.100.9:1", "203.0.113.7", "198.51.100.9"},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		if tt.xff != "" {
+			r.Header.Set("X-Forwarded-For", tt.xff)
+		}
+		a, ok := tt.res.Addr(r)
+		if ok != (tt.want != "") || (ok && a.String() != tt.want) {
+			t.Errorf("%s: Addr = %v, %v, want %q", tt.name, a, ok, tt.want)
+		}
+	}
+}
+
+// TestClientIPUnixSocket serves over a real Unix socket and keys by IP.
+func TestClientIPUnixSocket(t *testing.T) {
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := IP(&ClientIP{TrustUnixPeer: true})
+	type seen struct {
+		remote, key string
+		ok          bool
+	}
+	got := make(chan seen, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, ok := key(r)
+		got <- seen{r.RemoteAddr, k, ok}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", ln.Addr().String())
+	}}}
+	req, _ := http.NewRequest("GET", "http://proxy/", nil)
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s := <-got; !s.ok || s.key != "203.0.113.7" {
+		t.Errorf("over a Unix socket (RemoteAddr %q): IP key = %q, %v, want 203.0.113.7", s.remote, s.key, s.ok)
 	}
 }

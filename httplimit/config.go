@@ -47,6 +47,7 @@ func (f Format) String() string {
 //	  header: x-forwarded-for   # or: forwarded
 //	  ipv4_prefix: 32
 //	  ipv6_prefix: 64
+//	  trust_unix_peer: false    # a peer on a Unix socket is a trusted proxy
 //	rules:
 //	  - name: per-ip
 //	    limit: {rate: 100, period: 1m}  # burst defaults to rate
@@ -91,6 +92,7 @@ type ClientIPConfig struct {
 	Header         string   `config:"header"` // "x-forwarded-for" (default) or "forwarded"
 	IPv4Prefix     int      `config:"ipv4_prefix"`
 	IPv6Prefix     int      `config:"ipv6_prefix"`
+	TrustUnixPeer  bool     `config:"trust_unix_peer"`
 }
 
 // RuleConfig is the file form of a Rule.
@@ -364,7 +366,8 @@ func (c *Config) clientIP() (*ClientIP, error) {
 			}
 		}
 	}
-	res := &ClientIP{TrustedProxies: ps, IPv4Prefix: c.ClientIP.IPv4Prefix, IPv6Prefix: c.ClientIP.IPv6Prefix}
+	res := &ClientIP{TrustedProxies: ps, IPv4Prefix: c.ClientIP.IPv4Prefix, IPv6Prefix: c.ClientIP.IPv6Prefix,
+		TrustUnixPeer: c.ClientIP.TrustUnixPeer}
 	switch strings.ToLower(c.ClientIP.Header) {
 	case "", "x-forwarded-for":
 		res.Header = XForwardedFor

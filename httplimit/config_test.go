@@ -375,3 +375,19 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestConfigTrustUnixPeer: client_ip.trust_unix_peer sets
+// ClientIP.TrustUnixPeer, so a file-configured per-IP rule behind a proxy
+// on a Unix socket applies.
+func TestConfigTrustUnixPeer(t *testing.T) {
+	for _, v := range []bool{false, true} {
+		c, err := ParseConfig([]byte(fmt.Sprintf(`{"client_ip": {"trust_unix_peer": %v}}`, v)), JSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.clientIP()
+		if err != nil || res.TrustUnixPeer != v {
+			t.Errorf("trust_unix_peer %v: ClientIP %+v, %v", v, res, err)
+		}
+	}
+}

@@ -28,10 +28,12 @@ const (
 	// function found no key, or the cost was below 1.
 	OutcomeNoKey
 	// OutcomeErrorOpen: the limiter failed and the rule let the request
-	// through (FailOpen, or a shadow rule).
+	// through (FailOpen, or a shadow rule, also when the limiter's own
+	// failure policy denied).
 	OutcomeErrorOpen
 	// OutcomeErrorClosed: the limiter failed and the rule rejected the
-	// request (FailClosed).
+	// request (FailClosed), or the limiter's own failure policy denied
+	// it (Result.Source is hybridlimit.SourceFallback).
 	OutcomeErrorClosed
 	// NumOutcomes is the number of outcomes, for arrays indexed by them.
 	NumOutcomes
@@ -111,12 +113,15 @@ type Decision struct {
 	// Status is http.StatusOK when the request may proceed,
 	// http.StatusTooManyRequests when an enforced rule denied it, and
 	// http.StatusServiceUnavailable when a FailClosed rule's limiter
-	// failed and no rule denied.
+	// failed, or an enforced rule's limiter denied by its own failure
+	// policy (Result.Source hybridlimit.SourceFallback), and no rule
+	// denied.
 	Status int
 	// RetryAfter is how long the client should wait: the longest wait
-	// among the denying rules, or the longest FailRetry among the failed
-	// FailClosed rules. 0 when the request may proceed, and also on a
-	// denial that no wait can lift (a cost above the rule's burst).
+	// among the denying rules; on a 503, the longest FailRetry among the
+	// failed rules, or the limiter's wait where that is longer. 0 when
+	// the request may proceed, and also on a denial that no wait can
+	// lift (a cost above the rule's burst).
 	RetryAfter time.Duration
 	// Policies are the rules to report in the response fields, tightest
 	// first: the tightest alone unless WithAllPolicies.
@@ -197,6 +202,23 @@ func (m *Middleware) Check(r *http.Request) (Decision, error) {
 			}
 			m.cfg.logger.Warn("httplimit: limiter failed", "rule", rule.Name, "key", lkey,
 				"policy", rule.OnError.String(), "shadow", rule.Shadow, "err", err)
+			continue
+		}
+		if res.Source == hybridlimit.SourceFallback {
+			// The limiter's own failure policy decided, Redis being out of
+			// reach: nothing is known of the quota, so the rule is not
+			// reported, and its denial is an outage (503), not a quota the
+			// client exceeded (429). The denial stands whatever OnError
+			// says: that policy is for errors, this one the limiter's.
+			if res.Allowed {
+				st.outcomes[OutcomeAllowed].Add(1)
+			} else if rule.Shadow {
+				st.outcomes[OutcomeErrorOpen].Add(1)
+			} else {
+				st.outcomes[OutcomeErrorClosed].Add(1)
+				failed = true
+				unavailRet = max(unavailRet, res.RetryAfter, rule.failRetry())
+			}
 			continue
 		}
 		switch {

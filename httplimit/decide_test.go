@@ -83,6 +83,31 @@ func TestCheck(t *testing.T) {
 			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
 		},
 		{
+			name:   "a failure policy's denial is 503, not a violation",
+			rules:  []Rule{rule("down", answer(fallbackDenied(2*time.Second), nil)), rule("b", answer(allowed(4, time.Second), nil))},
+			status: 503, retry: 2 * time.Second, reported: []string{"b"}, remainings: []int64{4},
+		},
+		{
+			name:   "a failure policy's denial waits at least FailRetry",
+			rules:  []Rule{rule("down", answer(fallbackDenied(time.Millisecond), nil), func(r *Rule) { r.FailRetry = 3 * time.Second })},
+			status: 503, retry: 3 * time.Second,
+		},
+		{
+			name:   "a denial beats a failure policy's denial",
+			rules:  []Rule{rule("down", answer(fallbackDenied(time.Minute), nil)), rule("b", answer(denied(7*time.Second, time.Minute), nil))},
+			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
+		},
+		{
+			name:   "a failure policy's admission is not reported",
+			rules:  []Rule{rule("open", answer(hybridlimit.Result{Allowed: true, Source: hybridlimit.SourceFallback}, nil)), rule("b", answer(allowed(4, time.Second), nil))},
+			status: 200, reported: []string{"b"}, remainings: []int64{4},
+		},
+		{
+			name:   "shadow failure policy's denial passes",
+			rules:  []Rule{rule("down", answer(fallbackDenied(time.Second), nil), shadow)},
+			status: 200,
+		},
+		{
 			name:   "shadow failure is open",
 			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed, shadow)},
 			status: 200,
@@ -136,6 +161,8 @@ func TestCheckCounts(t *testing.T) {
 		{Name: "closed", Limiter: answer(hybridlimit.Result{}, hlsync.ErrClosed), Limit: limit10, Key: Static("k"), OnError: FailClosed},
 		{Name: "exempt", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k"), Exempt: Methods("GET")},
 		{Name: "nokey", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Header("X-None")},
+		{Name: "fallback", Limiter: answer(fallbackDenied(time.Second), nil), Limit: limit10, Key: Static("k")},
+		{Name: "fallback-shadow", Limiter: answer(fallbackDenied(time.Second), nil), Limit: limit10, Key: Static("k"), Shadow: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +174,8 @@ func TestCheckCounts(t *testing.T) {
 	}
 	s := m.Stats()
 	want := map[string]Outcome{"ok": OutcomeAllowed, "deny": OutcomeDenied, "shadow": OutcomeShadowDenied,
-		"open": OutcomeErrorOpen, "closed": OutcomeErrorClosed, "exempt": OutcomeExempt, "nokey": OutcomeNoKey}
+		"open": OutcomeErrorOpen, "closed": OutcomeErrorClosed, "exempt": OutcomeExempt, "nokey": OutcomeNoKey,
+		"fallback": OutcomeErrorClosed, "fallback-shadow": OutcomeErrorOpen}
 	for _, rs := range s.Rules {
 		for o := range NumOutcomes {
 			n := uint64(0)

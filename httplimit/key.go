@@ -94,7 +94,9 @@ func ContextValue(key any) KeyFunc {
 
 // IP returns the client address as res resolves it, masked to its prefix:
 // "203.0.113.7" or "2001:db8:1:2::/64". Example: IP(&ClientIP{}) keys by
-// the peer address; see ClientIP for proxies.
+// the peer address; see ClientIP for proxies. A request with no address,
+// such as one from a proxy on a Unix socket without
+// ClientIP.TrustUnixPeer, has no key: the rule does not apply to it.
 func IP(res *ClientIP) KeyFunc {
 	if res == nil {
 		res = &ClientIP{}

@@ -41,6 +41,12 @@ func denied(retry, reset time.Duration) hybridlimit.Result {
 	return hybridlimit.Result{RetryAfter: retry, ResetAfter: reset}
 }
 
+// fallbackDenied is a hybrid limiter's denial by its failure policy, made
+// because Redis could not be asked.
+func fallbackDenied(retry time.Duration) hybridlimit.Result {
+	return hybridlimit.Result{Source: hybridlimit.SourceFallback, RetryAfter: retry}
+}
+
 // policyItem is one member of RateLimit-Policy or RateLimit, parsed.
 type policyItem struct {
 	Name string

@@ -19,8 +19,10 @@ import (
 //     no-store and an application/problem+json body of type
 //     quota-exceeded naming the violated policies. A limit never yields
 //     503;
-//   - or, when a FailClosed rule's limiter failed and no rule denied,
-//     answers 503 with a temporary-reduced-capacity problem and Retry-After.
+//   - or, when a FailClosed rule's limiter failed, or a limiter's own
+//     failure policy denied while Redis was out of reach, and no rule
+//     denied, answers 503 with a temporary-reduced-capacity problem and
+//     Retry-After.
 //
 // Shadow rules never change the response. A Middleware holds no goroutine
 // and is safe for concurrent use; its limiters are started and closed by

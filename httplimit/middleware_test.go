@@ -334,3 +334,77 @@ func TestMiddlewareHybridClosed(t *testing.T) {
 		t.Errorf("closed hybrid limiter: status %d, errors %v", r.status, m.Stats().Rules[0].Errors)
 	}
 }
+
+// TestMiddlewareFallbackDenialIs503: a denial by a limiter's own failure
+// policy (Result.Source SourceFallback: Redis could not be asked) is an
+// outage, not a quota the client exceeded. It was answered 429
+// quota-exceeded naming the rule, with RateLimit r=0.
+func TestMiddlewareFallbackDenialIs503(t *testing.T) {
+	m, err := New([]Rule{{Name: "per-ip", Limiter: answer(fallbackDenied(2*time.Second), nil), Limit: limit10, Key: IP(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	r := get(t, srv.Client(), srv.URL)
+	if r.status != 503 {
+		t.Errorf("status %d, want 503", r.status)
+	}
+	checkProblem(t, r, 503, ProblemTemporaryReducedCapacity)
+	if ra := retryAfter(t, r); ra != 2 {
+		t.Errorf("Retry-After = %d, want 2", ra)
+	}
+	if policy, _ := fields(t, r.header); len(policy) != 0 {
+		t.Errorf("fields report %v, want none: the quota was not checked", policy)
+	}
+	if s := m.Stats(); s.Unavailable != 1 || s.Limited != 0 || s.Rules[0].Outcomes[OutcomeErrorClosed] != 1 {
+		t.Errorf("Stats: unavailable %d, limited %d, outcomes %v; want 1, 0, one error_closed", s.Unavailable, s.Limited, s.Rules[0].Outcomes)
+	}
+}
+
+// TestMiddlewareHybridFailClosedOutage: the hybrid limiter with its
+// FailClosed policy and Redis unreachable denies by that policy once its
+// breaker is open; the middleware answers 503 temporary-reduced-capacity,
+// not 429.
+func TestMiddlewareHybridFailClosedOutage(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hyb, err := hlsync.New(rdb, hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithMaxWait(300*time.Millisecond),
+		hlsync.WithSyncInterval(50*time.Millisecond, 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hyb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hyb.Close(ctx) // Redis is down: the final flush fails
+	})
+	m, err := New([]Rule{{Name: "per-ip", Limiter: hyb, Limit: hybridlimit.PerMinute(100), Key: IP(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until the breaker opens, the limiter denies for want of allowance
+	// (SourceLocal), not by its failure policy.
+	for deadline := time.Now().Add(5 * time.Second); !hyb.Stats().BreakerOpen; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open within 5s of Redis refusing connections")
+		}
+		if _, err := m.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := serve(t, m)
+	r := get(t, srv.Client(), srv.URL)
+	if r.status != 503 {
+		t.Errorf("Redis down, hybrid FailClosed: status %d, body %s; want 503", r.status, r.body)
+	}
+	checkProblem(t, r, 503, ProblemTemporaryReducedCapacity)
+}

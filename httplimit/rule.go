@@ -17,7 +17,10 @@ import (
 // The hybrid limiter of package sync has failure policies of its own for
 // Redis outages (fall back to a local share of the limit, by default) and
 // answers with decisions rather than errors, so for it this policy only
-// covers what that one cannot decide.
+// covers what that one cannot decide. Its policy's denials (Result.Source
+// hybridlimit.SourceFallback) are answered 503 like FailClosed, whatever
+// this policy says: the quota could not be checked, and that policy chose
+// to deny.
 type FailurePolicy int
 
 const (

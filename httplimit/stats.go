@@ -30,7 +30,7 @@ type Stats struct {
 	// Requests by what the middleware did with them.
 	Admitted    uint64 // passed to the next handler
 	Limited     uint64 // answered 429
-	Unavailable uint64 // answered 503: a FailClosed rule's limiter failed
+	Unavailable uint64 // answered 503: a FailClosed rule's limiter failed, or a limiter's failure policy denied
 	Canceled    uint64 // the request's context ended during a decision
 	// Rules holds one entry per rule, in rule order.
 	Rules []RuleStats

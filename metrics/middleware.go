@@ -30,7 +30,7 @@ type middlewareCollector struct {
 //	hybridlimit_http_limiter_errors_total{rule,limiter,class}      counter
 //
 // result is admitted, limited (429), unavailable (503 from a FailClosed
-// rule) or canceled. limiter is the rule's limiter kind (hybrid, global,
+// rule, or a limiter's failure policy denying) or canceled. limiter is the rule's limiter kind (hybrid, global,
 // local, custom), mode is enforce or shadow, outcome is an
 // httplimit.Outcome (allowed, denied, shadow_denied, exempt, no_key,
 // error_open, error_closed) and class an httplimit.ErrorClass. Every series

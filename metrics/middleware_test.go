@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // TestMiddlewareCollector drives a middleware with an exact limiter on a
@@ -137,5 +138,36 @@ func TestConstLabelsClash(t *testing.T) {
 	}
 	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestConstLabelsReserved names a constant label "le" or "quantile", the
+// labels the exposition format gives histogram buckets and summary
+// quantiles, or like any collector's variable label. "le" was accepted,
+// and every bucket line of the hybrid collector's histograms then carried
+// it twice, which a Prometheus server rejects: the whole scrape failed.
+func TestConstLabelsReserved(t *testing.T) {
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := httplimit.NewLocal(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Limiter: loc, Limit: hybridlimit.PerHour(2), Key: httplimit.Static("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeHybrid{RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{1, 2}, Count: 2, Sum: 0.005}}
+	for _, name := range []string{"le", "quantile", "outcome", "path", "class"} {
+		if _, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{name: "x"})); err == nil {
+			t.Errorf("NewHybridCollector(WithConstLabels(%q)) succeeded", name)
+		}
+	}
+	for _, name := range []string{"le", "quantile", "result", "rule", "limiter", "mode", "outcome", "class"} {
+		if _, err := NewMiddlewareCollector(mw, WithConstLabels(prometheus.Labels{name: "x"})); err == nil {
+			t.Errorf("NewMiddlewareCollector(WithConstLabels(%q)) succeeded", name)
+		}
 	}
 }

@@ -49,12 +49,19 @@ func WithNamespace(ns string) Option {
 
 // WithConstLabels adds labels with fixed values to every metric, to tell
 // several collectors of one kind apart in one registry. A name a metric
-// uses as a label of its own (rule, limiter, mode, outcome, class) is an
-// error. Example: WithConstLabels(prometheus.Labels{"service": "public-api"}).
+// uses as a label of its own (rule, limiter, mode, outcome, class, path,
+// result) is an error, and so are "le" and "quantile", which the
+// exposition gives histogram buckets and summary quantiles. Example:
+// WithConstLabels(prometheus.Labels{"service": "public-api"}).
 func WithConstLabels(l prometheus.Labels) Option {
 	return optionFunc(func(c *config) error {
 		c.labels = make(prometheus.Labels, len(l))
 		for k, v := range l {
+			// A registry accepts these, and the scrape then has them
+			// twice on a bucket line, which Prometheus rejects whole.
+			if k == "le" || k == "quantile" {
+				return fmt.Errorf("metrics: constant label %q is reserved for histogram buckets and summary quantiles", k)
+			}
 			c.labels[k] = v
 		}
 		return nil

@@ -29,13 +29,25 @@ type LiveTarget struct {
 	// Cluster is the seed nodes of a Redis Cluster (instead of Addr).
 	Cluster []string
 	// Workers is the number of goroutines asking each instance's limiter
-	// (default 2 x GOMAXPROCS).
+	// (default 2 x GOMAXPROCS), at most MaxWorkers, and at most
+	// MaxTotalWorkers over all instances.
 	Workers int
 	// Durable, if above 0, turns on durable sync for the hybrid
 	// strategies: each sync call waits for that many replicas, within one
 	// sync interval (sync.WithDurableSync), so a run shows what it costs.
 	Durable int
 }
+
+// Bounds on a live run's workers. Each instance's client gets a pool of
+// Workers x Instances + 8 connections, and go-redis panics on a pool above
+// MaxInt32; far below that, the goroutines and their records exhaust the
+// machine.
+const (
+	// MaxWorkers bounds LiveTarget.Workers, the workers per instance.
+	MaxWorkers = 4096
+	// MaxTotalWorkers bounds Workers x Instances, the workers of a run.
+	MaxTotalWorkers = 1 << 16
+)
 
 // recChunk is the number of records a live worker keeps in one slice:
 // workers fill fixed slices and start new ones, so that no record is
@@ -60,8 +72,15 @@ func RunLive(ctx context.Context, cfg Config, target LiveTarget) (*Report, error
 	if (target.Addr == "") == (len(target.Cluster) == 0) {
 		return nil, errors.New("sim: live mode needs one Redis address or a cluster's nodes")
 	}
+	n := cfg.Scenario.Instances
 	if target.Workers <= 0 {
-		target.Workers = 2 * runtime.GOMAXPROCS(0)
+		target.Workers = min(2*runtime.GOMAXPROCS(0), MaxWorkers, MaxTotalWorkers/n)
+	}
+	if target.Workers > MaxWorkers {
+		return nil, fmt.Errorf("sim: live: %d workers per instance, more than %d", target.Workers, MaxWorkers)
+	}
+	if target.Workers > MaxTotalWorkers/n { // not Workers*n: it can overflow
+		return nil, fmt.Errorf("sim: live: %d workers x %d instances, more than %d workers in all", target.Workers, n, MaxTotalWorkers)
 	}
 	runs := plan(cfg.Strategies, cfg.Intervals)
 	rep := &Report{Scenario: cfg.Scenario.Workload, Mode: "live", Seed: cfg.Scenario.Seed}

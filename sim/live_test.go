@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +193,22 @@ func TestMergeRecords(t *testing.T) {
 	}
 	if !ok[0] || ok[1] || !ok[2] {
 		t.Errorf("merged decisions = %v", ok)
+	}
+}
+
+// TestLiveRejectsTooManyWorkers: each instance's client gets a pool of
+// Workers x Instances + 8 connections, and go-redis panicked on a pool
+// above MaxInt32 (-workers 300000000). RunLive refuses before dialing.
+func TestLiveRejectsTooManyWorkers(t *testing.T) {
+	cfg := liveConfig()
+	for _, w := range []int{MaxWorkers + 1, 300_000_000, math.MaxInt} {
+		_, err := RunLive(context.Background(), cfg, LiveTarget{Addr: "127.0.0.1:1", Workers: w})
+		if err == nil || !strings.Contains(err.Error(), "workers") {
+			t.Errorf("RunLive with %d workers = %v, want an error naming the workers", w, err)
+		}
+	}
+	cfg.Scenario.Instances = MaxTotalWorkers/MaxWorkers + 1
+	if _, err := RunLive(context.Background(), cfg, LiveTarget{Addr: "127.0.0.1:1", Workers: MaxWorkers}); err == nil || !strings.Contains(err.Error(), "workers") {
+		t.Errorf("RunLive with %d workers on %d instances = %v, want an error naming the workers", MaxWorkers, cfg.Scenario.Instances, err)
 	}
 }

@@ -11,7 +11,8 @@
 //	go run ./cmd/sim -live -redis 127.0.0.1:6379 -duration 5s
 //
 // Run it with -h for every flag. A bad flag exits with status 2, a failed
-// run with 1.
+// run with 1. A live run whose hybrid limiters failed to sync (their
+// failure policy deciding instead) still exits 0, with a warning on stderr.
 package main
 
 import (
@@ -87,7 +88,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		live       = fs.Bool("live", false, "run in real time against -redis or -cluster")
 		redisAddr  = fs.String("redis", "", "live: a Redis server, host:port")
 		cluster    = fs.String("cluster", "", "live: comma list of Redis Cluster nodes")
-		workers    = fs.Int("workers", 0, "live: goroutines per instance (default 2 x GOMAXPROCS)")
+		workers    = fs.Int("workers", 0, fmt.Sprintf("live: goroutines per instance, 1 to %d (default 2 x GOMAXPROCS)", sim.MaxWorkers))
 		durable    = fs.Int("durable", 0, "live: hybrid sync calls wait for this many replicas (WAIT), to measure durable sync")
 		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
@@ -177,8 +178,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt is for virtual mode; live mode has the real one")
 	case *live && *standalone:
 		return nil, bad("-standalone is for virtual mode; live mode uses the Redis it is given")
-	case *workers < 0:
-		return nil, bad("-workers %d is negative", *workers)
+	case set["workers"] && (*workers < 1 || *workers > sim.MaxWorkers):
+		return nil, bad("-workers %d is outside [1, %d]", *workers, sim.MaxWorkers)
+	case set["workers"] && *workers > sim.MaxTotalWorkers/sc.Instances:
+		return nil, bad("-workers %d x -instances %d is more than %d workers in all", *workers, sc.Instances, sim.MaxTotalWorkers)
 	}
 	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
 	if *cluster != "" {
@@ -252,6 +255,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.diag {
 		writeDiag(stderr, rep, o.cfg.Scenario.Limit, o.cfg.Scenario.Duration)
 	}
+	if o.live {
+		warnFallback(stderr, rep, o.target.Durable)
+	}
 	if o.json {
 		err = rep.WriteJSON(stdout)
 	} else {
@@ -319,6 +325,10 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 			fmt.Fprintf(w, "   limiter: rounds %d, fetches %d, messages %d, script calls %d, waits %d, denied remote %d, denied local %d, evictions %d, overspent %d\n",
 				d.Rounds, d.Fetches, d.Messages, d.ScriptCalls, d.Waits, d.DeniedRemote, d.DeniedLocal, d.Evictions, d.Overspent)
 		}
+		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve || r.Strategy == sim.ReserveSharded {
+			fmt.Fprintf(w, "   failure policy: fallback allowed %d, fallback denied %d, breaker opens %d, round errors %d\n",
+				d.FallbackAllowed, d.FallbackDenied, d.BreakerOpens, d.RoundErrors)
+		}
 		if d.KeyCommands != nil {
 			fmt.Fprintf(w, "   %-16s %6s %9s %9s %9s %12s %12s %10s\n", "keys by demand", "keys", "demand", "admitted", "oracle", "msgs:decide", "msgs:round", "msgs/req")
 			for _, c := range sim.Breakdown(r, limit, d0) {
@@ -345,6 +355,26 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 			}
 			fmt.Fprintln(w)
 		}
+	}
+}
+
+// warnFallback warns of the live runs whose hybrid limiters failed to
+// sync, and so left decisions to their failure policy: such a run's
+// figures measure the fallback, not the strategy, though it ends like any
+// other.
+func warnFallback(w io.Writer, rep *sim.Report, durable int) {
+	for _, r := range rep.Results {
+		d := r.Diag
+		n := d.FallbackAllowed + d.FallbackDenied
+		if n == 0 && d.RoundErrors == 0 {
+			continue
+		}
+		cause := "Redis did not answer the sync calls in time (too slow or unreachable)"
+		if durable > 0 {
+			cause = fmt.Sprintf("with -durable %d, the likely cause is a server with fewer than %d replica(s): each WAIT times out", durable, durable)
+		}
+		fmt.Fprintf(w, "sim: warning: %s: %d of %d sync rounds failed and %d of %d decisions were made by the failure policy (breaker opens %d); %s\n",
+			r.Label(), d.RoundErrors, d.Rounds, n, r.Decisions, d.BreakerOpens, cause)
 	}
 }
 

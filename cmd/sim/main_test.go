@@ -51,6 +51,11 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"-live", "-redis", "a:1", "-rtt", "2ms"}, "-rtt is for virtual mode"},
 		{[]string{"-live", "-cluster", ","}, "-cluster"},
 		{[]string{"-live", "-cluster", " , "}, "-cluster"},
+		// go-redis panicked on the pool size these make (above MaxInt32).
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-strategies", "exact", "-workers", "300000000"}, "-workers 300000000 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "0"}, "-workers 0 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "-1"}, "-workers -1 is outside [1, 4096]"},
+		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "4096", "-instances", "1024"}, "-workers 4096 x -instances 1024"},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runSim(t, tt.args...)
@@ -127,6 +132,29 @@ func TestRunLive(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "decisions/s") || !strings.Contains(stdout, "reserve  100ms") {
 		t.Errorf("live table:\n%s", stdout)
+	}
+	if strings.Contains(stderr, "warning") {
+		t.Errorf("a run with Redis answering warned: %s", stderr)
+	}
+}
+
+// TestRunLiveWarnsOfFallback asks for durable sync to one replica of a
+// server that has none: every WAIT times out, the breaker opens and the
+// failure policy decides nearly every request. The run printed a normal
+// table and nothing, not even -diag, said that no sync succeeded.
+func TestRunLiveWarnsOfFallback(t *testing.T) {
+	s := redistest.StandaloneServer(t)
+	code, stdout, stderr := runSim(t, "-live", "-redis", s.Addr, "-duration", "1s", "-keys", "50", "-strategies", "reserve",
+		"-sync", "100ms", "-workers", "2", "-durable", "1", "-diag")
+	if code != 0 || !strings.Contains(stdout, "reserve  100ms") {
+		t.Fatalf("sim -live -durable 1 = %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	t.Logf("stderr:\n%s", stderr)
+	for _, want := range []string{"failure policy: fallback allowed ", "breaker opens ", "round errors ",
+		"sim: warning: reserve 100ms: ", "decisions were made by the failure policy", "fewer than 1 replica"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	}
 }
 
