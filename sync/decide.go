@@ -230,6 +230,9 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			}
 			if *e.limit.Load() != limit {
 				e.limit.Store(l.limits.get(limit))
+				// Redis said empty under the old limit: under this one
+				// (a larger burst, a faster rate) it may hold tokens.
+				e.denyUntil.Store(0)
 			}
 			return e, nil
 		}
@@ -438,20 +441,25 @@ func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, c
 // instances: divided when it divides evenly, else by stretching the period
 // (so 5 per second among 10 instances is 5 per 10 seconds each, not 0),
 // else, when that period is longer than a limit may have, divided and
-// rounded down (1000 per 200 days among 3 is 333 per 200 days each).
+// rounded down (1000 per 200 days among 3 is 333 per 200 days each). When
+// the burst rounded up would take longer than a limit may to refill, it is
+// rounded down instead (4 a week, burst 209, among 2: burst 104).
 func (l *Limiter) share(limit hybridlimit.Limit) hybridlimit.Limit {
 	n := max(l.live.Load(), 1)
-	burst := (limit.Burst + n - 1) / n
-	if limit.Rate%n == 0 {
-		return hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
-	}
-	s := hybridlimit.Limit{Rate: limit.Rate, Period: limit.Period * time.Duration(n), Burst: burst}
-	if s.Period/time.Duration(n) == limit.Period && s.Validate() == nil {
-		return s
-	}
-	s = hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
-	if s.Rate >= 1 && s.Validate() == nil {
-		return s
+	for _, burst := range []int64{(limit.Burst + n - 1) / n, max(limit.Burst/n, 1)} {
+		if limit.Rate%n == 0 {
+			if s := (hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}); s.Validate() == nil {
+				return s
+			}
+		}
+		s := hybridlimit.Limit{Rate: limit.Rate, Period: limit.Period * time.Duration(n), Burst: burst}
+		if s.Period/time.Duration(n) == limit.Period && s.Validate() == nil {
+			return s
+		}
+		s = hybridlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
+		if s.Rate >= 1 && s.Validate() == nil {
+			return s
+		}
 	}
 	// Less than a token a year each: one token a year it is.
 	return hybridlimit.Limit{Rate: 1, Period: hybridlimit.MaxRefill, Burst: 1}

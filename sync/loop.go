@@ -61,6 +61,9 @@ func (l *Limiter) loop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			l.life.Lock()
+			l.running = false // a later Start or Run may loop again
+			l.life.Unlock()
 			return ctx.Err()
 		case <-l.stop:
 			return nil
@@ -90,8 +93,14 @@ func (l *Limiter) loop(ctx context.Context) error {
 // Sync runs one reconcile round now, for every entry that is due or
 // flagged, and evicts idle entries. The loop calls it every quarter sync
 // interval; call it yourself only to drive a Limiter without the loop. If
-// a round is already running, Sync waits for it instead.
+// a round is already running, Sync waits for it instead. After Close it
+// returns ErrClosed.
 func (l *Limiter) Sync(ctx context.Context) error {
+	if l.closed.Load() {
+		// The final round handed everything back: a round now would
+		// lease again, and nothing would return it.
+		return ErrClosed
+	}
 	return l.exclusive(func() error {
 		r := l.BeginRound()
 		err := r.Send(ctx)
@@ -111,6 +120,9 @@ type Round struct {
 // clock's time, and evicts idle entries now and then. Rounds must not
 // overlap: use either the loop or BeginRound, not both.
 func (l *Limiter) BeginRound() *Round {
+	if l.closed.Load() {
+		return &Round{r: &round{l: l}} // nothing to say after Close (see Sync)
+	}
 	now := l.cfg.clock.Now()
 	return &Round{r: l.prepare(now, l.sweep(now), false)}
 }
@@ -204,7 +216,14 @@ func (l *Limiter) idle(now time.Time, e *entry) bool {
 // instance count, which sizes the low-limit rule, the fallback shares and
 // the Optimistic allowances. The loop calls it every sync interval; call it
 // yourself only to drive a Limiter without the loop.
-func (l *Limiter) Announce(ctx context.Context) error { return l.announce(ctx, true) }
+// After Close it returns ErrClosed: recorded again, a closed instance
+// would count as live and shrink the others' shares.
+func (l *Limiter) Announce(ctx context.Context) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return l.announce(ctx, true)
+}
 
 // announce records this instance in the presence set (or removes it) and
 // reads the live count.

@@ -644,6 +644,9 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		if over := short - e.take(short); over > 0 {
 			e.issued -= over
 			l.stats.overspent.Add(uint64(over))
+			// Admitted all the same: counted where retired entries'
+			// admissions are, so that Stats.Admitted never goes down.
+			l.stats.evictedAdmitted.Add(uint64(over))
 		}
 	}
 	e.partLeft.Store(remaining)
