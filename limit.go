@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"time"
 )
@@ -87,11 +88,27 @@ func (l Limit) Validate() error {
 // nanoseconds, as a float so that 3 per second is exact enough.
 func (l Limit) Interval() float64 { return float64(l.Period) / float64(l.Rate) }
 
-// Refill is the time an empty bucket takes to hold Burst tokens again.
-// It saturates instead of overflowing for limits that Validate rejects.
+// Refill is the time an empty bucket takes to hold Burst tokens again,
+// ceil(Burst x Period / Rate) exactly, so that Validate's MaxRefill bound
+// is exact at its edge. It saturates instead of overflowing for limits
+// that Validate rejects.
 func (l Limit) Refill() time.Duration {
 	if l.Rate <= 0 {
 		return time.Duration(math.MaxInt64)
+	}
+	if l.Burst > 0 && l.Period > 0 {
+		hi, lo := bits.Mul64(uint64(l.Burst), uint64(l.Period))
+		if hi >= uint64(l.Rate) { // a quotient of 64 bits or more
+			return time.Duration(math.MaxInt64)
+		}
+		q, r := bits.Div64(hi, lo, uint64(l.Rate))
+		if r > 0 {
+			q++
+		}
+		if q > math.MaxInt64 {
+			return time.Duration(math.MaxInt64)
+		}
+		return time.Duration(q)
 	}
 	d := float64(l.Burst) * l.Interval()
 	if d >= math.MaxInt64 {
