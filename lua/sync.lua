@@ -66,7 +66,7 @@
 --             held (report mode: allowance the instance held unspent when
 --                   it sent the message; -1 when it is closing and wants
 --                   none).
--- Reply: a flat array, seven integers per key:
+-- Reply: a flat array, eight integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
 --             retry_us (time until one token is available; 0 if one is),
@@ -74,7 +74,11 @@
 --             allowance (report mode: tokens the instance may admit beyond
 --                        value before its next report; reserve mode: 0),
 --             shards, generation (the layout a marker names; 0, 0 when the
---                        bucket is open).
+--                        bucket is open),
+--             seq (the ledger's sequence number as the message found it;
+--                  0 without one. Above the message's own, the message
+--                  was not applied: an earlier run of this instance, under
+--                  the same id, numbered past it, its clock ahead).
 local now = now_us()
 local now_ms = floor_div(now, 1000)
 local now_s = floor_div(now, 1000000)
@@ -91,8 +95,9 @@ local prune_above = 16
 
 -- share returns this instance's allowance under a budget, recording it:
 -- what the bucket holds plus the budget, less the live allowances of the
--- other instances, at most an equal share among the instances holding one,
--- and nothing once the bucket is empty; but never below what it holds.
+-- other instances, at most an equal share among the instances that asked
+-- within an allowance's life (granted or not), and nothing once the bucket
+-- is empty; but never below what it holds.
 local function share(akey, remaining, budget, held)
   local others, holders = 0, 1
   local all = redis.call('HGETALL', akey)
@@ -114,10 +119,8 @@ local function share(akey, remaining, budget, held)
     grant = math.min(room, ceil_div(pool, holders))
   end
   grant = math.max(grant, math.min(held, room))
-  if grant == 0 then
-    redis.call('HDEL', akey, id)
-    return 0
-  end
+  -- Recorded even at 0: a holder asking in vain still counts among those
+  -- the pool is shared by, so the others' next shares make room for it.
   redis.call('HSET', akey, id, string.format('%.0f %.0f', grant, now + lifetime))
   redis.call('PEXPIRE', akey, ttl_ms(lifetime))
   return grant
@@ -236,7 +239,7 @@ for i = 1, #KEYS / 2 do
   end
   local retry = 0
   if remaining < 1 and moved_s == 0 then retry = math.ceil(tat - tolerance + interval - now) end
-  local r = 7 * (i - 1)
+  local r = 8 * (i - 1)
   reply[r + 1] = total
   reply[r + 2] = remaining
   reply[r + 3] = retry
@@ -244,5 +247,6 @@ for i = 1, #KEYS / 2 do
   reply[r + 5] = allowance
   reply[r + 6] = moved_s
   reply[r + 7] = moved_gen
+  reply[r + 8] = lseq
 end
 return reply

@@ -60,7 +60,7 @@ func BenchmarkSyncScript(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		v, err := DecodeInts(reply, 7*perCall)
+		v, err := DecodeInts(reply, SyncReplyLen*perCall)
 		if err != nil {
 			b.Fatal(err)
 		}

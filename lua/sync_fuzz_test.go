@@ -198,16 +198,21 @@ func FuzzSyncScript(f *testing.F) {
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
-			got, err := DecodeInts(reply, 7*len(msgs))
+			got, err := DecodeInts(reply, SyncReplyLen*len(msgs))
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
 			for j, m := range msgs {
+				lseq := buckets[m.key].ledgers[m.id].seq
 				want := buckets[m.key].apply(now, m)
+				r := got[SyncReplyLen*j : SyncReplyLen*(j+1)]
 				var g [5]int64
-				copy(g[:], got[7*j:])
-				if moved := got[7*j+5 : 7*j+7]; moved[0] != 0 || moved[1] != 0 {
+				copy(g[:], r)
+				if moved := r[5:7]; moved[0] != 0 || moved[1] != 0 {
 					t.Fatalf("op %d: an open bucket replied moved %v", i, moved)
+				}
+				if r[7] != lseq {
+					t.Fatalf("op %d: reply names the ledger's seq %d, model %d", i, r[7], lseq)
 				}
 				if g != want {
 					t.Fatalf("op %d at +%dus, message %+v: script %v, model %v", i, now-1_700_000_000_000_000, m, g, want)

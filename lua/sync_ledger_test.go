@@ -103,7 +103,7 @@ func TestSyncSmallGrantsAtHighRates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := DecodeInts(reply, 7)
+		v, err := DecodeInts(reply, SyncReplyLen)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ func partsLeftIn(t *testing.T, c hybridlimit.Redis, l *Limiter, key string, limi
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := lua.DecodeInts(reply, 7)
+		v, err := lua.DecodeInts(reply, lua.SyncReplyLen)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ type message struct {
 	base  int64 // the ledger total as the instance last heard it
 	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
 	held  int64 // Optimistic: allowance unspent when the message was prepared
-	reply [7]int64
+	reply [lua.SyncReplyLen]int64
 	ok    bool
 }
 
@@ -164,6 +164,15 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		if final {
 			e.settle(func(int64) int64 { return 0 })
 			m.held = -1 // closing: record no allowance
+		} else if l.cfg.overshoot >= 0 {
+			// Redis never records less than what the message says is held
+			// (it may be spent before the reply): keep no more than twice
+			// the demand, or one instance keeps the pool it was granted
+			// alone and starves those that come later.
+			want := e.waiting + l.lease(e, limit, now)
+			if a := e.avail.Load(); a > 2*want {
+				e.take(a - want)
+			}
 		}
 		held, consumed := e.snapshot()
 		if !final {
@@ -570,6 +579,20 @@ func decodeInto(reply []int64, msgs []*message) error {
 func (r *round) apply(now time.Time) {
 	l := r.l
 	for i := range r.msgs {
+		if m := &r.msgs[i]; m.ok && m.reply[7] > m.seq {
+			// Not applied: the ledger is numbered past this message by an
+			// earlier run of this instance (same id) whose clock was
+			// ahead. Number on from there, under a new epoch (a new total),
+			// and say it again: until then nothing is granted, and
+			// nothing this instance admitted is counted.
+			l.seqPast(m.reply[7])
+			l.lock(m.e)
+			m.e.epoch = l.seq.Add(1)
+			l.unlock(m.e)
+			m.ok = false
+		}
+	}
+	for i := range r.msgs {
 		if r.msgs[i].ok {
 			l.stats.lastSuccess.Store(l.nanos(now) + 1) // 0 means never
 			break
@@ -606,6 +629,16 @@ func (r *round) apply(now time.Time) {
 	}
 	l.movePending(now)
 	l.stats.messages.Add(uint64(len(r.msgs)))
+}
+
+// seqPast raises the next sequence number above seq.
+func (l *Limiter) seqPast(seq int64) {
+	for {
+		cur := l.seq.Load()
+		if cur >= seq || l.seq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // applyReply folds one reply into e. The caller holds e.mu.

@@ -34,7 +34,7 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := lua.DecodeInts(reply, 7)
+		v, err := lua.DecodeInts(reply, lua.SyncReplyLen)
 		if err != nil {
 			t.Fatal(err)
 		}

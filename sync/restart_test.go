@@ -1,0 +1,166 @@
+package sync_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestRestartBehindClockOptimistic: sequence numbers start at the clock in
+// microseconds "so a restarted instance with the same id numbers above its
+// past". If the clock read at the restart is behind the one the previous
+// incarnation started from (a wall-clock step back, a pod rescheduled on a
+// node whose clock lags), every message of the new incarnation has a
+// sequence number below its ledger's and is ignored by lua/sync.lua, which
+// still replies. In Optimistic mode without a budget that reply hands out
+// what the bucket holds, and what was spent is never debited: the same 90
+// tokens are admitted again after every round.
+func TestRestartBehindClockOptimistic(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	ctx := context.Background()
+	limit := frozen(100)
+	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0"), hlsync.WithMode(hlsync.Optimistic)}
+
+	clk1 := newFakeClock()
+	first := clocked(t, rdb, clk1, opts...)
+	var admitted int64
+	for range 10 {
+		r, err := first.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	if err := first.Close(ctx); err != nil { // reports the 10
+		t.Fatal(err)
+	}
+	if left := remaining(t, rdb, p, "k", limit, 64); left != 100-admitted {
+		t.Fatalf("after the first incarnation Redis holds %d, want %d", left, 100-admitted)
+	}
+
+	// The same pod restarts; its clock reads a minute behind.
+	clk2 := newFakeClock()
+	clk2.now.Add(-int64(time.Minute))
+	second := clocked(t, rdb, clk2, opts...)
+	for round := 0; round < 5; round++ {
+		for {
+			r, err := second.Allow(ctx, "k", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed {
+				break
+			}
+			admitted++
+		}
+		clk2.now.Add(int64(time.Second))
+		if err := second.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := remaining(t, rdb, p, "k", limit, 64)
+	t.Logf("admitted %d in all; Redis still holds %d", admitted, left)
+	// Optimistic without a budget may overshoot about N*B with N instances;
+	// one instance at a time here, so 2 bursts is generous.
+	if admitted > 2*limit.Burst {
+		t.Errorf("admitted %d against a frozen budget of %d: the restarted instance's reports are ignored", admitted, limit.Burst)
+	}
+}
+
+// TestRestartBehindClockReserve: the same restart in Reserve
+// mode. The ignored messages grant nothing, so the restarted instance is
+// denied every token of a key that holds 90, for as long as its old ledger
+// lives (other instances writing the key keep the hash alive).
+func TestRestartBehindClockReserve(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	ctx := context.Background()
+	limit := frozen(100)
+	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0")}
+	clk1 := newFakeClock()
+	first := clocked(t, rdb, clk1, opts...)
+	for range 10 {
+		if r, err := first.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow = %+v, %v", r, err)
+		}
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk2 := newFakeClock()
+	clk2.now.Add(-int64(time.Minute))
+	second := clocked(t, rdb, clk2, opts...)
+	var allowed int
+	for range 20 {
+		r, err := second.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			allowed++
+		}
+		clk2.now.Add(int64(time.Second))
+		_ = second.Sync(ctx)
+	}
+	if left := remaining(t, rdb, p, "k", limit, 64); allowed == 0 {
+		t.Errorf("restarted instance admitted 0 of 20 while Redis holds %d tokens", left)
+	}
+}
+
+// TestOptimisticBudgetShared: with an overshoot budget,
+// lua/sync.lua's share grants at most ceil(pool/holders), holders being
+// the instances with a live allowance record, and never less than what the
+// asking instance still holds. The first instance on a key is alone and
+// gets the whole pool (B + fB); a second one then finds no room, is granted
+// 0, and its record is deleted, so it never counts as a holder. The first
+// one's renewals (every allowanceLife/5 while it holds allowance) again
+// find one holder and take the whole pool. While the first instance keeps
+// using the key, even lightly, the second gets only what refilled since
+// the first one's last message: under 1000/h, nothing, and it is denied
+// every request while the bucket holds about 980 tokens.
+func TestOptimisticBudgetShared(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	ctx := context.Background()
+	clk := newFakeClock()
+	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1)}
+	a := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("a"))...)
+	b := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("b"))...)
+	// A slow refill, so that Redis time passing during the test (it reads
+	// its own clock) refills well under a token: the bucket holds about
+	// 1,000 tokens throughout.
+	limit := hybridlimit.PerHour(1000)
+	var admittedA, admittedB int
+	for step := 0; step < 20; step++ {
+		r, err := b.Allow(ctx, "k", limit) // b uses the key lightly: one request a step
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admittedB++
+		}
+		if r, err = a.Allow(ctx, "k", limit); err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admittedA++
+		}
+		clk.now.Add(int64(300 * time.Millisecond))
+		_ = a.Sync(ctx)
+		_ = b.Sync(ctx)
+	}
+	t.Logf("a admitted %d of 20 (holds %d), b admitted %d of 20 (holds %d)", admittedA, a.Stats().Outstanding, admittedB, b.Stats().Outstanding)
+	if admittedA == 0 {
+		t.Errorf("a was denied all 20 requests while the bucket holds %d tokens (limit %v)", remaining(t, rdb, p, "k", limit, 64), limit)
+	}
+}
