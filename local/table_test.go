@@ -153,7 +153,9 @@ func TestTableLimitChange(t *testing.T) {
 // for idleAfter, and only those.
 func TestTableReclaim(t *testing.T) {
 	idle := time.Duration(idleAfter)
-	tb, t0 := mustTable(t, WithShards(1)), time.Now()
+	// The grid lies in the past: a Table reclaims by no time later than
+	// its clock (plus presentLead), whatever time a caller brings.
+	tb, t0 := mustTable(t, WithShards(1)), time.Now().Add(-3*idle)
 	tb.AllowN("a", t0, gridLimit, 3) // full again at t0+300ms
 	tb.AllowN("b", t0.Add(idle+300*time.Millisecond), gridLimit, 3)
 	if got := tb.Len(); got != 1 {
@@ -257,7 +259,8 @@ func TestTableEvictChoice(t *testing.T) {
 }
 
 func TestTableSweep(t *testing.T) {
-	tb, t0 := mustTable(t, WithShards(1)), time.Now()
+	// In the past, as in TestTableReclaim.
+	tb, t0 := mustTable(t, WithShards(1)), time.Now().Add(-3*time.Duration(idleAfter))
 	for i := range 1000 {
 		tb.AllowN("k"+strconv.Itoa(i), t0, gridLimit, 3)
 	}
