@@ -353,13 +353,16 @@ func (p *params) set(v uint64, tokens int64) uint64 {
 // t. The instant at which the bucket will be full again is kept, as GCRA
 // keeps its theoretical arrival time when the limit changes: a full bucket
 // stays full, and a bucket short of tokens stays short for as long, which
-// under a smaller burst may mean short of more than the whole burst.
+// under a smaller burst may mean short of more than the whole burst. The
+// instant is kept however long before it t is, as an out-of-order call's
+// time may be: bounding the wait from t would move the instant earlier
+// and forgive the tokens the bucket is short of at later times.
 func convert(from, to *params, tat uint64, t int64) uint64 {
 	d := debt(tat, from.clock(t))
 	if d <= 0 {
 		return to.full(t)
 	}
-	w := min(from.wait(t, uint64(d)), 2*hybridlimit.MaxRefill) // bounds times run backwards
+	w := from.wait(t, uint64(d))
 	if t > math.MaxInt64-int64(w) {
 		return to.clock(math.MaxInt64)
 	}

@@ -633,3 +633,23 @@ func FuzzCore(f *testing.F) {
 		}
 	})
 }
+
+// TestCoreSetLimitAtEarlierTime checks that a limit change made at a time
+// long before the bucket's state keeps the instant it is full again, as one
+// made at the latest time does: three years back, a drained bucket still
+// holds nothing at the instant it was drained.
+func TestCoreSetLimitAtEarlierTime(t *testing.T) {
+	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(20)
+	const x, back = int64(epoch), int64(3 * 365 * 24 * time.Hour)
+	c := mustCore(t, from, x)
+	c.Take(x, from.Burst) // full again at x+1s
+	if err := c.SetLimit(x-back, to); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tokens(x); got != 0 {
+		t.Errorf("drained at x, SetLimit(x-3y, %v), then Tokens(x) = %d, want 0", to, got)
+	}
+	if got, want := c.Tokens(x+int64(time.Second)), to.Burst; got != want {
+		t.Errorf("Tokens(x+1s) = %d, want %d: full again at x+1s", got, want)
+	}
+}

@@ -755,3 +755,20 @@ func BenchmarkMapBaseline(b *testing.B) {
 		})
 	})
 }
+
+// TestTableLimitChangeAtEarlierTime is TestCoreSetLimitAtEarlierTime through
+// a Table, whose key changes limit at a call three years back.
+func TestTableLimitChangeAtEarlierTime(t *testing.T) {
+	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(20)
+	tb, now := mustTable(t), time.Now()
+	past := now.Add(-3 * 365 * 24 * time.Hour)
+	if r, _ := tb.AllowN("k", now, from, from.Burst); !r.Allowed {
+		t.Fatalf("AllowN(k, now, %d) = %+v on a full bucket", from.Burst, r)
+	}
+	if r, _ := tb.AllowN("k", past, to, 1); r.Allowed {
+		t.Errorf("AllowN(k, now-3y, %v, 1) = %+v, want denied", to, r)
+	}
+	if r, _ := tb.AllowN("k", now, to, 1); r.Allowed || r.RetryAfter != 50*time.Millisecond {
+		t.Errorf("then AllowN(k, now, %v, 1) = %+v, want denied, retry in 50ms", to, r)
+	}
+}
