@@ -131,7 +131,8 @@ func (c *Core) Set(now, tokens int64) { c.tat = c.p.set(c.p.clock(now), tokens) 
 // instant at which it will be full again, as GCRA does in Redis: a full
 // bucket stays full, and one that would have been full 300ms from now still
 // will be, so it holds Burst - ceil(300ms/T) tokens of the new limit (none
-// if that is negative). It returns an error wrapping
+// if that is negative), up to 2^61 units of the new limit's refill: 35
+// minutes at 2^40 tokens a millisecond, decades at usual rates. It returns an error wrapping
 // hybridlimit.ErrInvalidLimit, and changes nothing, if limit.Validate
 // rejects the limit.
 func (c *Core) SetLimit(now int64, limit hybridlimit.Limit) error {
@@ -187,10 +188,19 @@ const maxExactRate = 16
 
 // windowUnits is how far, in units, Bucket and Table let an explicit time
 // lie from the present (see params.within). A state is written at a time
-// within it, at most tol ≤ 2^59 units ahead of the clock, and
-// read at a time within it, so the two differ by less than 2^63 units and
-// the wrapping comparison never reads a drained bucket as full.
+// within it, at most tol ≤ 2^59 units ahead of the clock (maxShort after
+// convert), and read at a time within it, so the two differ by at most
+// about 2^62 units, and the wrapping comparison, good to 2^63, never reads
+// a drained bucket as full.
 const windowUnits = 1 << 60
+
+// maxShort is the most units convert leaves a bucket short of, at the
+// time of the conversion: 73 years at one unit a nanosecond, 35 minutes at
+// 2^40 tokens a millisecond. With the window either side, a later call
+// reads the bucket at most about 2^62 units short, short of the 2^63 at
+// which the comparison wraps, so it stays empty as long as the
+// representation can tell.
+const maxShort = 1 << 61
 
 // newParams validates l and computes its fixed-point constants.
 func newParams(l hybridlimit.Limit) (params, error) {
@@ -356,13 +366,16 @@ func (p *params) set(v uint64, tokens int64) uint64 {
 // under a smaller burst may mean short of more than the whole burst. The
 // instant is kept however long before it t is, as an out-of-order call's
 // time may be: bounding the wait from t would move the instant earlier
-// and forgive the tokens the bucket is short of at later times.
+// and forgive the tokens the bucket is short of at later times. The one
+// bound is the representation's: a bucket is left short of at most
+// maxShort units of the new limit at t, so a wait of hours at a fast clock
+// cannot wrap to a full bucket.
 func convert(from, to *params, tat uint64, t int64) uint64 {
 	d := debt(tat, from.clock(t))
 	if d <= 0 {
 		return to.full(t)
 	}
-	w := from.wait(t, uint64(d))
+	w := min(from.wait(t, uint64(d)), to.wait(t, maxShort))
 	if t > math.MaxInt64-int64(w) {
 		return to.clock(math.MaxInt64)
 	}

@@ -772,3 +772,17 @@ func TestTableLimitChangeAtEarlierTime(t *testing.T) {
 		t.Errorf("then AllowN(k, now, %v, 1) = %+v, want denied, retry in 50ms", to, r)
 	}
 }
+
+// TestTableLimitChangeToHighRate is TestCoreSetLimitToHighRate through a
+// Table, whose key changes limit.
+func TestTableLimitChangeToHighRate(t *testing.T) {
+	slow := hybridlimit.Every(7*time.Hour, 1)
+	fast := hybridlimit.Limit{Rate: hybridlimit.MaxQuantity, Period: time.Millisecond, Burst: hybridlimit.MaxQuantity}
+	tb, now := mustTable(t), time.Now()
+	if r, _ := tb.AllowN("k", now, slow, 1); !r.Allowed {
+		t.Fatalf("AllowN(k, now, %v, 1) = %+v on a full bucket", slow, r)
+	}
+	if r, _ := tb.AllowN("k", now, fast, fast.Burst); r.Allowed || r.Remaining != 0 {
+		t.Errorf("then AllowN(k, now, %v, %d) = %+v, want denied with 0 remaining", fast, fast.Burst, r)
+	}
+}
