@@ -30,9 +30,9 @@ func defaultOptions() options { return options{maxKeys: DefaultMaxKeys} }
 
 // WithMaxKeys bounds the number of keys a Table tracks. When a key arrives
 // and its shard is full, the Table first drops a bucket that is full again
-// (forgetting it loses nothing), and otherwise the bucket closest to full
-// among a small sample, forgiving that key the tokens it had not yet earned
-// back.
+// (forgetting it loses nothing), and otherwise the bucket short of the
+// fewest tokens among a small sample, forgiving that key the tokens it had
+// not yet earned back.
 // The bound is enforced per shard, as floor(n/shards) keys each (with no
 // more shards than n), so a Table may start evicting a little before it
 // holds n keys in all, never after.

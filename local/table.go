@@ -33,8 +33,9 @@ import (
 // and drops those that have been full for at least a minute, and Sweep
 // drops them all. Memory is also bounded (WithMaxKeys): a key arriving in a
 // full shard evicts a full bucket if the shard has one, and otherwise the
-// bucket closest to full among eight, which lets that key spend again
-// what it had not yet earned back; size the bound so that this is rare.
+// bucket short of the fewest tokens among eight, which lets that key spend
+// again what it had not yet earned back; size the bound so that this is
+// rare.
 //
 // Keys are spread over shards (256 by default) by a hash seeded per Table,
 // and each shard is an open-addressing hash table. A decision on a key
@@ -683,10 +684,12 @@ func (t *Table) reclaim(s *shard, x int64, k int) {
 }
 
 // evict retires one entry to make room: the first idle one among
-// evictSample from the hand on, or else the one holding the largest share of
-// its burst, whose loss admits the fewest tokens early.
+// evictSample from the hand on, or else the one short of the fewest whole
+// tokens, whose loss admits the fewest tokens early. Tokens, not shares of
+// each burst, so that among keys of different limits a key 1 token short
+// goes before one 100 tokens short of a burst of 1000.
 func (t *Table) evict(s *shard, x int64) {
-	best, bestFill := uint64(0), -1.0
+	best, bestShort := uint64(0), int64(math.MaxInt64)
 	for range evictSample {
 		i, ok := s.next(t.tomb, len(s.index.Load().s))
 		if !ok {
@@ -697,12 +700,12 @@ func (t *Table) evict(s *shard, x int64) {
 		}
 		e := s.index.Load().s[i].e.Load()
 		tat := e.tat.Load()
-		fill := float64(e.p.tokens(tat, e.p.clock(t.within(s, e.p, x)))) / float64(e.p.limit.Burst)
-		if fill > bestFill {
-			best, bestFill = i, fill
+		short := e.p.limit.Burst - e.p.tokens(tat, e.p.clock(t.within(s, e.p, x)))
+		if short < bestShort {
+			best, bestShort = i, short
 		}
 	}
-	if bestFill >= 0 {
+	if bestShort < math.MaxInt64 {
 		t.remove(s, best)
 	}
 }

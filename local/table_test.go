@@ -221,7 +221,7 @@ func TestTableMaxKeysIsABound(t *testing.T) {
 }
 
 // TestTableEvictChoice checks the choice of victim: an idle bucket first,
-// else the bucket holding the largest share of its burst.
+// else the bucket short of the fewest tokens.
 func TestTableEvictChoice(t *testing.T) {
 	l := hybridlimit.PerSecond(10)
 	for _, tc := range []struct {
@@ -255,6 +255,23 @@ func TestTableEvictChoice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTableEvictFewestTokens checks that eviction among keys of different
+// limits forgets the one short of the fewest tokens, which admits the
+// fewest extra, not the one holding the largest share of its burst.
+func TestTableEvictFewestTokens(t *testing.T) {
+	big, small := hybridlimit.PerSecond(1000), hybridlimit.PerSecond(1)
+	tb, t0 := mustTable(t, WithShards(1), WithMaxKeys(2)), time.Now()
+	tb.Set("big", t0, big, 900)   // 100 tokens short, 90% full
+	tb.Set("small", t0, small, 0) // 1 token short, empty
+	tb.shards[0].hand = 0         // sample them all
+	tb.Set("new", t0, small, 0)
+	for key, want := range map[string]bool{"big": true, "small": false} {
+		if _, found := tb.lookup(&tb.shards[0], maphash.String(tb.seed, key), key); found != want {
+			t.Errorf("after evicting: %s present = %v, want %v", key, found, want)
+		}
 	}
 }
 
