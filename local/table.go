@@ -32,10 +32,12 @@ import (
 // no goroutine of its own: every insert examines two entries of its shard
 // and drops those that have been full for at least a minute, and Sweep
 // drops them all. Memory is also bounded (WithMaxKeys): a key arriving in a
-// full shard evicts a full bucket if the shard has one, and otherwise the
-// bucket short of the fewest tokens among eight, which lets that key spend
-// again what it had not yet earned back; size the bound so that this is
-// rare.
+// full shard evicts a bucket of that shard found in a sample, eight entries
+// on from where the last reclaim looked: the first that has been full for a
+// minute if the sample holds one (an idle bucket elsewhere in the shard may
+// be missed), and otherwise the one short of the fewest tokens, which lets
+// that key spend again what it had not yet earned back; size the bound so
+// that this is rare.
 //
 // Keys are spread over shards (256 by default) by a hash seeded per Table,
 // and each shard is an open-addressing hash table. A decision on a key
