@@ -26,6 +26,15 @@ import (
 // Core), so a call whose clock reading was overtaken by another's can only
 // be refused, never over-admitted; golang/go#71360 cannot happen here.
 //
+// An explicit time is clamped into a window around the present, the latest
+// time the bucket has seen but never more than a minute past its clock:
+// 2^60 units of refill either side (36 years at 10/s, 2.8 years at 13/s,
+// 17 minutes at 2^40 per millisecond; see Core). A time before the window,
+// such as the zero time.Time, is taken as the window's start, and so sees
+// the bucket with fewer tokens than a later call, never more; a time after
+// it is taken as its end, and spends from then. Without the clamp such a
+// time would wrap the token clock and could read a drained bucket as full.
+//
 // The limit of a Bucket is fixed; to change it, make a new Bucket, or use a
 // Table, which takes the limit on every call. A Bucket starts no goroutine.
 //
@@ -38,11 +47,14 @@ type Bucket struct {
 	tat  atomic.Uint64 // Core.tat
 	base time.Time     // when the bucket was made: epoch on its time axis
 	p    params
+	// now is read by every call but written at most once a millisecond,
+	// so it sits on the second line, away from the contended tat.
+	now present
 	// Padding to 128 bytes: the allocator then places a Bucket on its own
 	// pair of cache lines, 64-byte aligned, so buckets made one after
 	// another never share a line (no false sharing) and the hot fields
 	// above never straddle two.
-	_ [128 - 88]byte
+	_ [128 - 104]byte
 }
 
 // NewBucket returns a full bucket for limit. It returns an error wrapping
@@ -54,6 +66,7 @@ func NewBucket(limit hybridlimit.Limit) (*Bucket, error) {
 	}
 	b := &Bucket{base: time.Now(), p: p}
 	b.tat.Store(p.full(epoch))
+	b.now.ns.Store(epoch)
 	return b, nil
 }
 
@@ -79,11 +92,72 @@ func sub(t, base time.Time) int64 {
 	return d + epoch
 }
 
-// now returns the current time on the bucket's axis.
-func (b *Bucket) now() int64 { return since(b.base) }
+const (
+	// presentStep is how much later than the present a time must be to
+	// move it: the present is written at most once a millisecond, so the
+	// cache line holding it is not bounced between cores on every call.
+	presentStep = int64(time.Millisecond)
+	// presentLead is how far past the monotonic clock an explicit time
+	// may move the present, so a far-future time cannot drag the window
+	// of every later call along with it.
+	presentLead = int64(time.Minute)
+)
 
-// at returns t on the bucket's axis.
+// present is the latest time a Bucket, or a shard of a Table, has seen on
+// its axis, give or take presentStep: the centre of the window explicit
+// times are clamped into (see params.within). It only moves forward, and
+// never beyond the monotonic clock plus presentLead.
+//
+// A call compares a time with a state, so the present it clamps by must be
+// loaded after that state: a state was written at a time within the
+// window of a present at least as early as any loaded after it, and the
+// comparison then spans less than 2^63 units. Clock readings need no
+// clamping, as the present is never more than presentLead ahead of them.
+type present struct{ ns atomic.Int64 }
+
+// observe moves the present to x, a reading of the monotonic clock.
+func (c *present) observe(x int64) {
+	if x > c.ns.Load()+presentStep {
+		c.raise(x)
+	}
+}
+
+// at returns the present for a call at the explicit time x, after moving
+// it to x if x is later, but not beyond the clock plus presentLead.
+func (c *present) at(x int64, base time.Time) int64 {
+	now := c.ns.Load()
+	if x > now+presentStep {
+		return c.raise(min(x, since(base)+presentLead))
+	}
+	return now
+}
+
+// raise moves the present to x unless it is already later, and returns
+// the present.
+func (c *present) raise(x int64) int64 {
+	for {
+		now := c.ns.Load()
+		if x <= now || c.ns.CompareAndSwap(now, x) {
+			return max(now, x)
+		}
+	}
+}
+
+// clock returns the current time on the bucket's axis, and makes it the
+// present if it is later.
+func (b *Bucket) clock() int64 {
+	x := since(b.base)
+	b.now.observe(x)
+	return x
+}
+
+// at returns t on the bucket's axis, not clamped: see within.
 func (b *Bucket) at(t time.Time) int64 { return sub(t, b.base) }
+
+// within returns x, an explicit time on the bucket's axis, clamped into
+// the window around the present. Call it after loading the state x will
+// be compared with (see present).
+func (b *Bucket) within(x int64) int64 { return b.p.within(x, b.now.at(x, b.base)) }
 
 // Allow reports whether one token can be taken now, and takes it if so.
 // The clock is read once, before the compare-and-swap loop: a reading that
@@ -91,7 +165,7 @@ func (b *Bucket) at(t time.Time) int64 { return sub(t, b.base) }
 // truth, and an earlier time sees fewer tokens, never more (see Core), so
 // a retry needs no new reading (each costs about as much as the swap).
 func (b *Bucket) Allow() bool {
-	v := b.p.clock(b.now())
+	v := b.p.clock(b.clock())
 	for {
 		old := b.tat.Load()
 		tat, ok := b.p.take(old, v, 1)
@@ -111,9 +185,10 @@ func (b *Bucket) AllowN(t time.Time, n int64) bool {
 	if n < 1 || n > b.p.limit.Burst {
 		return false
 	}
-	v := b.p.clock(b.at(t))
+	x := b.at(t)
 	for {
 		old := b.tat.Load()
+		v := b.p.clock(b.within(x))
 		tat, ok := b.p.take(old, v, n)
 		if !ok {
 			return false
@@ -147,27 +222,32 @@ func (b *Bucket) take(x, n int64, clock bool) (hybridlimit.Result, error) {
 		return hybridlimit.Result{Limit: b.p.limit}, err
 	}
 	for {
-		if clock {
-			x = b.now()
-		}
-		v := b.p.clock(x)
 		old := b.tat.Load()
+		y := x
+		if clock {
+			y = b.clock()
+		} else {
+			y = b.within(x)
+		}
+		v := b.p.clock(y)
 		tat, ok := b.p.take(old, v, n)
 		if !ok {
-			return b.p.result(tat, x, v, n, false), nil
+			return b.p.result(tat, y, v, n, false), nil
 		}
 		if b.tat.CompareAndSwap(old, tat) {
-			return b.p.taken(tat, x, v), nil
+			return b.p.taken(tat, y, v), nil
 		}
 	}
 }
 
 // Tokens is TokensAt(time.Now()).
-func (b *Bucket) Tokens() int64 { return b.p.tokens(b.tat.Load(), b.p.clock(b.now())) }
+func (b *Bucket) Tokens() int64 { return b.p.tokens(b.tat.Load(), b.p.clock(b.clock())) }
 
 // TokensAt returns the whole tokens the bucket holds at t, in [0, Burst].
 func (b *Bucket) TokensAt(t time.Time) int64 {
-	return b.p.tokens(b.tat.Load(), b.p.clock(b.at(t)))
+	x := b.at(t)
+	tat := b.tat.Load()
+	return b.p.tokens(tat, b.p.clock(b.within(x)))
 }
 
 // Add is AddAt(time.Now(), n), with the clock read inside the loop.
@@ -182,11 +262,14 @@ func (b *Bucket) add(x, n int64, clock bool) {
 		return
 	}
 	for {
-		if clock {
-			x = b.now()
-		}
 		old := b.tat.Load()
-		tat := b.p.add(old, b.p.clock(x), n)
+		y := x
+		if clock {
+			y = b.clock()
+		} else {
+			y = b.within(x)
+		}
+		tat := b.p.add(old, b.p.clock(y), n)
 		if tat == old || b.tat.CompareAndSwap(old, tat) {
 			return
 		}
@@ -194,10 +277,10 @@ func (b *Bucket) add(x, n int64, clock bool) {
 }
 
 // Set is SetAt(time.Now(), tokens).
-func (b *Bucket) Set(tokens int64) { b.tat.Store(b.p.set(b.p.clock(b.now()), tokens)) }
+func (b *Bucket) Set(tokens int64) { b.tat.Store(b.p.set(b.p.clock(b.clock()), tokens)) }
 
 // SetAt makes the bucket hold tokens at t, clamped to [0, Burst], whatever
 // it held before.
 func (b *Bucket) SetAt(t time.Time, tokens int64) {
-	b.tat.Store(b.p.set(b.p.clock(b.at(t)), tokens))
+	b.tat.Store(b.p.set(b.p.clock(b.within(b.at(t))), tokens))
 }

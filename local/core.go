@@ -35,8 +35,8 @@ import (
 // the rate is exact to 2^-63, and a token due within a sliver of a
 // nanosecond boundary may arrive a nanosecond early or late (and before
 // time 0, a nanosecond late). Bucket and Table put the instant they are
-// made at 2^62ns (146 years) on their axis, so the times they see are
-// non-negative.
+// made at 2^62ns (146 years) on their axis, and clamp times to within 2^60
+// units (at most 2^60ns) of the present, so the times they see are positive.
 //
 // There is no last-update time. A time earlier than an earlier call's sees
 // the bucket as of that instant after everything already spent, so it can
@@ -46,14 +46,20 @@ import (
 // tokens added up to the latest time among them.
 //
 // The token clock and tat wrap modulo 2^64 and are compared by their
-// signed difference, so a bucket is exact while its calls lie within 2^62
-// units of each other: 9 years or more (73 years or more for limits beyond
-// the usual ones), or 2^62 tokens beyond 10^9 tokens per second, which is
-// about an hour at the largest limit Validate accepts (2^40 per
-// millisecond). A bucket left untouched for longer may read as empty until
-// as long again has passed. A Table forgets an idle full bucket only when
-// an insert into its shard or Sweep finds it, so at such limits call Sweep
-// more often than that; a Bucket should be used within it.
+// signed difference. Core takes every time as given, and is exact while the
+// times of its calls lie within 2^62 units of one another: 146 years at one
+// unit a nanosecond (10/s), 11 years at 13/s, about an hour at the largest
+// limit Validate accepts (2^40 per millisecond). Beyond that, a time far
+// enough before a state the bucket has been through wraps, and may read a
+// drained bucket as full; callers with untrusted times must clamp them, as
+// Bucket and Table do: they hold every explicit time within 2^60 units of
+// the present (see params.within), so such a time sees the bucket as of
+// the window's start, with fewer tokens, never more. And a full bucket,
+// stored 2^62 units behind the clock, reads as empty once left untouched
+// for longer, until as long again has passed. A Table forgets an idle full
+// bucket only when an insert into its shard or Sweep finds it, so at such
+// limits call Sweep more often than that; a Bucket should be used within
+// it.
 //
 // The zero Core holds no tokens and refuses every cost; use NewCore. A Core
 // is a value: copy it to snapshot it. It is not safe for concurrent use.
@@ -125,7 +131,8 @@ func (c *Core) Set(now, tokens int64) { c.tat = c.p.set(c.p.clock(now), tokens) 
 // instant at which it will be full again, as GCRA does in Redis: a full
 // bucket stays full, and one that would have been full 300ms from now still
 // will be, so it holds Burst - ceil(300ms/T) tokens of the new limit (none
-// if that is negative). It returns an error wrapping
+// if that is negative), up to 2^61 units of the new limit's refill: 35
+// minutes at 2^40 tokens a millisecond, decades at usual rates. It returns an error wrapping
 // hybridlimit.ErrInvalidLimit, and changes nothing, if limit.Validate
 // rejects the limit.
 func (c *Core) SetLimit(now int64, limit hybridlimit.Limit) error {
@@ -169,13 +176,31 @@ type params struct {
 	one   uint64 // units per token
 	shift uint32 // in [26, 118]
 	perNs uint32 // units per nanosecond in the exact case, else 0
+	span  int64  // nanoseconds worth at most windowUnits: see within
 	limit hybridlimit.Limit
 }
 
-// maxExactRate bounds the units per nanosecond of the exact case, and so how
-// far the clock may run between two calls on a bucket before the wrapping
-// comparison misreads it: 2^63 units, 18 years at 16 units a nanosecond.
+// maxExactRate bounds the units per nanosecond of the exact case, and so
+// how fast its clock runs: a full bucket, stored 2^62 units behind the
+// clock, reads as empty after 2^62 units untouched, 9 years at 16 units a
+// nanosecond.
 const maxExactRate = 16
+
+// windowUnits is how far, in units, Bucket and Table let an explicit time
+// lie from the present (see params.within). A state is written at a time
+// within it, at most tol ≤ 2^59 units ahead of the clock (maxShort after
+// convert), and read at a time within it, so the two differ by at most
+// about 2^62 units, and the wrapping comparison, good to 2^63, never reads
+// a drained bucket as full.
+const windowUnits = 1 << 60
+
+// maxShort is the most units convert leaves a bucket short of, at the
+// time of the conversion: 73 years at one unit a nanosecond, 35 minutes at
+// 2^40 tokens a millisecond. With the window either side, a later call
+// reads the bucket at most about 2^62 units short, short of the 2^63 at
+// which the comparison wraps, so it stays empty as long as the
+// representation can tell.
+const maxShort = 1 << 61
 
 // newParams validates l and computes its fixed-point constants.
 func newParams(l hybridlimit.Limit) (params, error) {
@@ -210,15 +235,29 @@ func newParams(l hybridlimit.Limit) (params, error) {
 	if r != 0 {
 		q++
 	}
+	// The span is floor(windowUnits·2^shift / mul) ns, over which the
+	// clock advances at most windowUnits+1 units. A unit is at most a
+	// nanosecond of refill, so mul/2^shift ≥ 1, shift ≤ 63 and the
+	// dividend's high word, 2^(shift-4), is below mul; the span is at
+	// most 2^60 ns (36 years).
+	span, _ := bits.Div64(1<<(shift-4), 0, q)
 	return params{
 		mul:   q,
 		tol:   uint64(l.Burst) * one, // Refill·num/den ≤ 2^55·16: no overflow
 		one:   one,
 		shift: uint32(shift),
 		perNs: perNs,
+		span:  int64(min(span, windowUnits)),
 		limit: l,
 	}, nil
 }
+
+// within returns x clamped to the window of span either side of now, the
+// present of a Bucket or a Table shard (at most 2^62+2^61 ns on their
+// axis, so nothing overflows). A time before the window is taken as its
+// start, and sees fewer tokens than it would have, never more; a time
+// after it as its end, and spends from then.
+func (p *params) within(x, now int64) int64 { return min(max(x, now-p.span), now+p.span) }
 
 func gcd(a, b uint64) uint64 {
 	for b != 0 {
@@ -324,13 +363,19 @@ func (p *params) set(v uint64, tokens int64) uint64 {
 // t. The instant at which the bucket will be full again is kept, as GCRA
 // keeps its theoretical arrival time when the limit changes: a full bucket
 // stays full, and a bucket short of tokens stays short for as long, which
-// under a smaller burst may mean short of more than the whole burst.
+// under a smaller burst may mean short of more than the whole burst. The
+// instant is kept however long before it t is, as an out-of-order call's
+// time may be: bounding the wait from t would move the instant earlier
+// and forgive the tokens the bucket is short of at later times. The one
+// bound is the representation's: a bucket is left short of at most
+// maxShort units of the new limit at t, so a wait of hours at a fast clock
+// cannot wrap to a full bucket.
 func convert(from, to *params, tat uint64, t int64) uint64 {
 	d := debt(tat, from.clock(t))
 	if d <= 0 {
 		return to.full(t)
 	}
-	w := min(from.wait(t, uint64(d)), 2*hybridlimit.MaxRefill) // bounds times run backwards
+	w := min(from.wait(t, uint64(d)), to.wait(t, maxShort))
 	if t > math.MaxInt64-int64(w) {
 		return to.clock(math.MaxInt64)
 	}

@@ -633,3 +633,47 @@ func FuzzCore(f *testing.F) {
 		}
 	})
 }
+
+// TestCoreSetLimitAtEarlierTime checks that a limit change made at a time
+// long before the bucket's state keeps the instant it is full again, as one
+// made at the latest time does: three years back, a drained bucket still
+// holds nothing at the instant it was drained.
+func TestCoreSetLimitAtEarlierTime(t *testing.T) {
+	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(20)
+	const x, back = int64(epoch), int64(3 * 365 * 24 * time.Hour)
+	c := mustCore(t, from, x)
+	c.Take(x, from.Burst) // full again at x+1s
+	if err := c.SetLimit(x-back, to); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tokens(x); got != 0 {
+		t.Errorf("drained at x, SetLimit(x-3y, %v), then Tokens(x) = %d, want 0", to, got)
+	}
+	if got, want := c.Tokens(x+int64(time.Second)), to.Burst; got != want {
+		t.Errorf("Tokens(x+1s) = %d, want %d: full again at x+1s", got, want)
+	}
+}
+
+// TestCoreSetLimitToHighRate checks that a bucket converted to a limit whose
+// clock runs very fast stays short: 7 hours of waiting at 2^40 tokens a
+// millisecond is more than 2^63 units, and must not wrap to a full bucket.
+func TestCoreSetLimitToHighRate(t *testing.T) {
+	slow := hybridlimit.Every(7*time.Hour, 1)
+	fast := hybridlimit.Limit{Rate: hybridlimit.MaxQuantity, Period: time.Millisecond, Burst: hybridlimit.MaxQuantity}
+	const x = int64(epoch)
+	c := mustCore(t, slow, x)
+	if r, _ := c.Take(x, 1); !r.Allowed {
+		t.Fatalf("Take(x, 1) = %+v on a full bucket", r)
+	}
+	if err := c.SetLimit(x, fast); err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []time.Duration{0, time.Minute, 30 * time.Minute} {
+		if got := c.Tokens(x + int64(dt)); got != 0 {
+			t.Errorf("drained under %v, SetLimit(x, %v), then Tokens(x+%v) = %d, want 0", slow, fast, dt, got)
+		}
+	}
+	if r, _ := c.Take(x, fast.Burst); r.Allowed || r.RetryAfter < 30*time.Minute {
+		t.Errorf("Take(x, %d) = %+v, want denied, retry in 30m or more", fast.Burst, r)
+	}
+}

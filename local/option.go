@@ -29,10 +29,11 @@ const maxShards = 1 << 16
 func defaultOptions() options { return options{maxKeys: DefaultMaxKeys} }
 
 // WithMaxKeys bounds the number of keys a Table tracks. When a key arrives
-// and its shard is full, the Table first drops a bucket that is full again
-// (forgetting it loses nothing), and otherwise the bucket closest to full
-// among a small sample, forgiving that key the tokens it had not yet earned
-// back.
+// and its shard is full, the Table drops one bucket among a small sample of
+// that shard (eight entries): one that has been full for a minute if the
+// sample holds one (forgetting it loses nothing), and otherwise the one
+// short of the fewest tokens, forgiving that key the tokens it had not yet
+// earned back. An idle bucket outside the sample is not looked for.
 // The bound is enforced per shard, as floor(n/shards) keys each (with no
 // more shards than n), so a Table may start evicting a little before it
 // holds n keys in all, never after.

@@ -32,9 +32,12 @@ import (
 // no goroutine of its own: every insert examines two entries of its shard
 // and drops those that have been full for at least a minute, and Sweep
 // drops them all. Memory is also bounded (WithMaxKeys): a key arriving in a
-// full shard evicts a full bucket if the shard has one, and otherwise the
-// bucket closest to full among eight, which lets that key spend again
-// what it had not yet earned back; size the bound so that this is rare.
+// full shard evicts a bucket of that shard found in a sample, eight entries
+// on from where the last reclaim looked: the first that has been full for a
+// minute if the sample holds one (an idle bucket elsewhere in the shard may
+// be missed), and otherwise the one short of the fewest tokens, which lets
+// that key spend again what it had not yet earned back; size the bound so
+// that this is rare.
 //
 // Keys are spread over shards (256 by default) by a hash seeded per Table,
 // and each shard is an open-addressing hash table. A decision on a key
@@ -47,7 +50,11 @@ import (
 // and eviction for room, forget a bucket on purpose, spends and all.)
 // Times are measured from the instant the Table was
 // made, on the monotonic clock, and any time.Time may be passed, as for
-// Bucket.
+// Bucket: each shard keeps its own present, and an explicit time is clamped
+// into the window around it that the key's limit allows. A bucket is
+// reclaimed as idle by the caller's time, or by the present if that is
+// earlier, so no caller, however far ahead its time, makes the Table forget
+// a bucket that is still short at its clock.
 //
 // The zero Table is unusable: its methods return an error; use NewTable.
 // Table is safe for concurrent use by multiple goroutines.
@@ -74,9 +81,10 @@ type shard struct {
 	live  int                   // entries in index
 	used  int                   // entries and tombstones in index
 	hand  int                   // slot the next reclaim or eviction looks at
+	now   present               // written at most once a millisecond
 	// Padding to 64 bytes, one cache line a shard, so that writers of one
 	// shard never slow down readers of its neighbours (false sharing).
-	_ [64 - 40]byte
+	_ [64 - 48]byte
 }
 
 // slots is one generation of a shard's hash table. A slot's entry, once
@@ -172,6 +180,7 @@ func NewTable(opts ...Option) (*Table, error) {
 	}
 	for i := range t.shards {
 		t.shards[i].index.Store(newSlots(8))
+		t.shards[i].now.ns.Store(epoch)
 	}
 	return t, nil
 }
@@ -215,29 +224,44 @@ func (t *Table) AllowN(key string, now time.Time, limit hybridlimit.Limit, n int
 		return t.take(key, x, false, limit, n)
 	}
 	p := e.p
-	v := p.clock(x)
 	for {
 		old := e.tat.Load()
+		y := p.within(x, s.now.at(x, t.base)) // t.within, by hand
+		v := p.clock(y)
 		tat, ok := p.take(old, v, n)
 		switch {
 		case old == retired:
 			return t.takeLocked(s, h, key, x, false, limit, n)
 		case !ok:
-			return p.result(old, x, v, n, false), nil
+			return p.result(old, y, v, n, false), nil
 		case e.tat.CompareAndSwap(old, live(tat)):
 			d := tat - v // p.taken, by hand: it does not inline
 			r := hybridlimit.Result{Limit: limit, Allowed: true, Remaining: int64((p.tol - d) / p.one), ResetAfter: time.Duration(d)}
 			if p.perNs != 1 {
-				r.ResetAfter = p.waitLong(x, d)
+				r.ResetAfter = p.waitLong(y, d)
 			}
 			return r, nil
 		}
 	}
 }
 
+// at returns now on the Table's axis, not clamped: see within.
 func (t *Table) at(now time.Time) int64 { return sub(now, t.base) }
 
-func (t *Table) now() int64 { return since(t.base) }
+// clock returns the current time on the Table's axis, and makes it the
+// present of s if it is later.
+func (t *Table) clock(s *shard) int64 {
+	x := since(t.base)
+	s.now.observe(x)
+	return x
+}
+
+// within returns x, an explicit time on the Table's axis, clamped for p
+// into the window around the present of s. Call it after loading the state
+// x will be compared with (see present).
+func (t *Table) within(s *shard, p *params, x int64) int64 {
+	return p.within(x, s.now.at(x, t.base))
+}
 
 // check validates the key every keyed method gets and returns its hash and
 // shard.
@@ -288,17 +312,20 @@ func (t *Table) take(key string, x int64, clock bool, limit hybridlimit.Limit, n
 			return hybridlimit.Result{Limit: limit}, p.checkCost(n)
 		}
 		for {
-			if clock {
-				x = t.now()
-			}
-			v := p.clock(x)
 			old := e.tat.Load()
 			if old == retired {
 				break // removed meanwhile: look again under the lock
 			}
+			var y int64
+			if clock {
+				y = t.clock(s)
+			} else {
+				y = t.within(s, p, x)
+			}
+			v := p.clock(y)
 			tat, ok := p.take(old, v, n)
 			if !ok {
-				return p.result(old, x, v, n, false), nil
+				return p.result(old, y, v, n, false), nil
 			}
 			if e.tat.CompareAndSwap(old, live(tat)) {
 				// p.taken, by hand: it does not inline, and every
@@ -306,7 +333,7 @@ func (t *Table) take(key string, x int64, clock bool, limit hybridlimit.Limit, n
 				d := tat - v
 				r := hybridlimit.Result{Limit: limit, Allowed: true, Remaining: int64((p.tol - d) / p.one), ResetAfter: time.Duration(d)}
 				if p.perNs != 1 {
-					r.ResetAfter = p.waitLong(x, d)
+					r.ResetAfter = p.waitLong(y, d)
 				}
 				return r, nil
 			}
@@ -328,22 +355,22 @@ func (t *Table) takeLocked(s *shard, h uint64, key string, x int64, clock bool, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if clock {
-		x = t.now()
+		x = t.clock(s)
 	}
 	e := t.get(s, h, key, x, p)
-	v := p.clock(x)
 	for { // decisions on the entry still run concurrently without the lock
 		old := e.tat.Load()
+		y := t.within(s, p, x) // a no-op on a clock reading
+		v := p.clock(y)
 		tat, ok := p.take(old, v, n)
 		if !ok {
-			return p.result(old, x, v, n, false), nil
+			return p.result(old, y, v, n, false), nil
 		}
 		if e.tat.CompareAndSwap(old, live(tat)) {
-			return p.taken(tat, x, v), nil
+			return p.taken(tat, y, v), nil
 		}
 		if clock {
-			x = t.now()
-			v = p.clock(x)
+			x = t.clock(s)
 		}
 	}
 }
@@ -371,11 +398,15 @@ func (t *Table) Peek(key string, now time.Time, limit hybridlimit.Limit, n int64
 		if p, err = t.params(limit); err != nil {
 			return hybridlimit.Result{Limit: limit}, err
 		}
-		if from != nil {
-			tat = convert(from, p, tat, x)
-		} else {
-			tat = p.full(x)
-		}
+	}
+	cur := s.now.at(x, t.base) // after loading tat (see present)
+	if x = p.within(x, cur); from != nil && from != p {
+		x = from.within(x, cur)
+	}
+	if from == nil {
+		tat = p.full(x)
+	} else if from.limit != limit {
+		tat = convert(from, p, tat, x)
 	}
 	if err := p.checkCost(n); err != nil {
 		return hybridlimit.Result{Limit: limit}, err
@@ -396,7 +427,7 @@ func (t *Table) Add(key string, now time.Time, limit hybridlimit.Limit, n int64)
 	x := t.at(now)
 	e := t.find(s, h, key)
 	if e != nil && e.p.limit == limit {
-		if n >= 1 && !e.add(x, n) {
+		if n >= 1 && !t.add(s, e, x, n) {
 			return t.addLocked(s, h, key, x, e.p, n)
 		}
 		return nil
@@ -408,15 +439,15 @@ func (t *Table) Add(key string, now time.Time, limit hybridlimit.Limit, n int64)
 	return t.addLocked(s, h, key, x, p, n)
 }
 
-// add gives n tokens back to e at x, and reports false if e was retired.
-func (e *entry) add(x, n int64) bool {
-	v := e.p.clock(x)
+// add gives n tokens back to e, in s, at x, and reports false if e was
+// retired.
+func (t *Table) add(s *shard, e *entry, x, n int64) bool {
 	for {
 		old := e.tat.Load()
 		if old == retired {
 			return false
 		}
-		tat := e.p.add(old, v, n)
+		tat := e.p.add(old, e.p.clock(t.within(s, e.p, x)), n)
 		if tat == old || e.tat.CompareAndSwap(old, live(tat)) {
 			return true
 		}
@@ -429,7 +460,7 @@ func (t *Table) addLocked(s *shard, h uint64, key string, x int64, p *params, n 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i, ok := t.lookup(s, h, key); ok {
-		t.convert(s, i, x, p).add(x, n)
+		t.add(s, t.convert(s, i, x, p), x, n)
 	}
 	return nil
 }
@@ -454,7 +485,8 @@ func (t *Table) Set(key string, now time.Time, limit hybridlimit.Limit, tokens i
 	}
 	// Set is absolute, so a plain store wins over racing decisions; the
 	// entry cannot be retired meanwhile, as that takes the lock.
-	t.get(s, h, key, x, p).tat.Store(live(p.set(p.clock(x), tokens)))
+	e := t.get(s, h, key, x, p)
+	e.tat.Store(live(p.set(p.clock(t.within(s, p, x)), tokens)))
 	return nil
 }
 
@@ -475,7 +507,9 @@ func (t *Table) Delete(key string) bool {
 }
 
 // Sweep forgets every bucket that has been full for at least a minute at
-// now, and returns how many it forgot. It also gives back the memory of
+// now, and returns how many it forgot. A now later than the present (at
+// most a minute past the Table's clock) counts as the present, and one
+// before the window of a key's limit as the window's start (see Table). It also gives back the memory of
 // shards that have shrunk to an eighth of their size. It takes each shard's
 // mutex in turn, for one pass over that shard; decisions on keys already
 // present go on meanwhile. Owners with millions of keys call it every few
@@ -559,7 +593,7 @@ func (t *Table) get(s *shard, h uint64, key string, x int64, p *params) *entry {
 		t.resize(s, 2*(s.live+1))
 	}
 	e := newEntry(p, key)
-	e.tat.Store(live(p.full(x)))
+	e.tat.Store(live(p.full(t.within(s, p, x))))
 	ix := s.index.Load()
 	for i := (h >> 16) & ix.mask; ; i = (i + 1) & ix.mask {
 		sl := &ix.s[i]
@@ -587,7 +621,9 @@ func (t *Table) convert(s *shard, i uint64, x int64, p *params) *entry {
 	ne := &entry{p: p, long: e.long, short: e.short, n: e.n}
 	for {
 		old := e.tat.Load()
-		ne.tat.Store(live(convert(e.p, p, old, x)))
+		now := s.now.at(x, t.base)             // after loading old (see present)
+		y := e.p.within(p.within(x, now), now) // in both windows
+		ne.tat.Store(live(convert(e.p, p, old, y)))
 		if e.tat.CompareAndSwap(old, retired) {
 			break
 		}
@@ -605,16 +641,16 @@ func (t *Table) remove(s *shard, i uint64) {
 }
 
 // removeIdle retires the entry in slot i if it has been full since at
-// least idleAfter before x, and reports whether it did.
+// least idleAfter before x, and reports whether it did. A time x past the
+// present counts as the present, so that no caller, however far ahead its
+// time, makes the Table forget a bucket that is still short now; a time
+// before the window as the window's start, which forgets less, not more.
 func (t *Table) removeIdle(s *shard, i uint64, x int64) bool {
 	sl := &s.index.Load().s[i]
 	e := sl.e.Load()
-	if x < math.MinInt64+idleAfter {
-		x = math.MinInt64
-	} else {
-		x -= idleAfter
-	}
 	old := e.tat.Load()
+	now := s.now.at(x, t.base) // after loading old (see present)
+	x = min(e.p.within(x, now), now) - idleAfter
 	if debt(old, e.p.clock(x)) > 0 || !e.tat.CompareAndSwap(old, retired) {
 		return false // in use, or spent from just now
 	}
@@ -650,10 +686,12 @@ func (t *Table) reclaim(s *shard, x int64, k int) {
 }
 
 // evict retires one entry to make room: the first idle one among
-// evictSample from the hand on, or else the one holding the largest share of
-// its burst, whose loss admits the fewest tokens early.
+// evictSample from the hand on, or else the one short of the fewest whole
+// tokens, whose loss admits the fewest tokens early. Tokens, not shares of
+// each burst, so that among keys of different limits a key 1 token short
+// goes before one 100 tokens short of a burst of 1000.
 func (t *Table) evict(s *shard, x int64) {
-	best, bestFill := uint64(0), -1.0
+	best, bestShort := uint64(0), int64(math.MaxInt64)
 	for range evictSample {
 		i, ok := s.next(t.tomb, len(s.index.Load().s))
 		if !ok {
@@ -663,12 +701,13 @@ func (t *Table) evict(s *shard, x int64) {
 			return
 		}
 		e := s.index.Load().s[i].e.Load()
-		fill := float64(e.p.tokens(e.tat.Load(), e.p.clock(x))) / float64(e.p.limit.Burst)
-		if fill > bestFill {
-			best, bestFill = i, fill
+		tat := e.tat.Load()
+		short := e.p.limit.Burst - e.p.tokens(tat, e.p.clock(t.within(s, e.p, x)))
+		if short < bestShort {
+			best, bestShort = i, short
 		}
 	}
-	if bestFill >= 0 {
+	if bestShort < math.MaxInt64 {
 		t.remove(s, best)
 	}
 }

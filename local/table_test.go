@@ -153,7 +153,9 @@ func TestTableLimitChange(t *testing.T) {
 // for idleAfter, and only those.
 func TestTableReclaim(t *testing.T) {
 	idle := time.Duration(idleAfter)
-	tb, t0 := mustTable(t, WithShards(1)), time.Now()
+	// The grid lies in the past: a Table reclaims by no time later than
+	// its clock (plus presentLead), whatever time a caller brings.
+	tb, t0 := mustTable(t, WithShards(1)), time.Now().Add(-3*idle)
 	tb.AllowN("a", t0, gridLimit, 3) // full again at t0+300ms
 	tb.AllowN("b", t0.Add(idle+300*time.Millisecond), gridLimit, 3)
 	if got := tb.Len(); got != 1 {
@@ -219,7 +221,7 @@ func TestTableMaxKeysIsABound(t *testing.T) {
 }
 
 // TestTableEvictChoice checks the choice of victim: an idle bucket first,
-// else the bucket holding the largest share of its burst.
+// else the bucket short of the fewest tokens.
 func TestTableEvictChoice(t *testing.T) {
 	l := hybridlimit.PerSecond(10)
 	for _, tc := range []struct {
@@ -256,8 +258,26 @@ func TestTableEvictChoice(t *testing.T) {
 	}
 }
 
+// TestTableEvictFewestTokens checks that eviction among keys of different
+// limits forgets the one short of the fewest tokens, which admits the
+// fewest extra, not the one holding the largest share of its burst.
+func TestTableEvictFewestTokens(t *testing.T) {
+	big, small := hybridlimit.PerSecond(1000), hybridlimit.PerSecond(1)
+	tb, t0 := mustTable(t, WithShards(1), WithMaxKeys(2)), time.Now()
+	tb.Set("big", t0, big, 900)   // 100 tokens short, 90% full
+	tb.Set("small", t0, small, 0) // 1 token short, empty
+	tb.shards[0].hand = 0         // sample them all
+	tb.Set("new", t0, small, 0)
+	for key, want := range map[string]bool{"big": true, "small": false} {
+		if _, found := tb.lookup(&tb.shards[0], maphash.String(tb.seed, key), key); found != want {
+			t.Errorf("after evicting: %s present = %v, want %v", key, found, want)
+		}
+	}
+}
+
 func TestTableSweep(t *testing.T) {
-	tb, t0 := mustTable(t, WithShards(1)), time.Now()
+	// In the past, as in TestTableReclaim.
+	tb, t0 := mustTable(t, WithShards(1)), time.Now().Add(-3*time.Duration(idleAfter))
 	for i := range 1000 {
 		tb.AllowN("k"+strconv.Itoa(i), t0, gridLimit, 3)
 	}
@@ -751,4 +771,35 @@ func BenchmarkMapBaseline(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestTableLimitChangeAtEarlierTime is TestCoreSetLimitAtEarlierTime through
+// a Table, whose key changes limit at a call three years back.
+func TestTableLimitChangeAtEarlierTime(t *testing.T) {
+	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(20)
+	tb, now := mustTable(t), time.Now()
+	past := now.Add(-3 * 365 * 24 * time.Hour)
+	if r, _ := tb.AllowN("k", now, from, from.Burst); !r.Allowed {
+		t.Fatalf("AllowN(k, now, %d) = %+v on a full bucket", from.Burst, r)
+	}
+	if r, _ := tb.AllowN("k", past, to, 1); r.Allowed {
+		t.Errorf("AllowN(k, now-3y, %v, 1) = %+v, want denied", to, r)
+	}
+	if r, _ := tb.AllowN("k", now, to, 1); r.Allowed || r.RetryAfter != 50*time.Millisecond {
+		t.Errorf("then AllowN(k, now, %v, 1) = %+v, want denied, retry in 50ms", to, r)
+	}
+}
+
+// TestTableLimitChangeToHighRate is TestCoreSetLimitToHighRate through a
+// Table, whose key changes limit.
+func TestTableLimitChangeToHighRate(t *testing.T) {
+	slow := hybridlimit.Every(7*time.Hour, 1)
+	fast := hybridlimit.Limit{Rate: hybridlimit.MaxQuantity, Period: time.Millisecond, Burst: hybridlimit.MaxQuantity}
+	tb, now := mustTable(t), time.Now()
+	if r, _ := tb.AllowN("k", now, slow, 1); !r.Allowed {
+		t.Fatalf("AllowN(k, now, %v, 1) = %+v on a full bucket", slow, r)
+	}
+	if r, _ := tb.AllowN("k", now, fast, fast.Burst); r.Allowed || r.Remaining != 0 {
+		t.Errorf("then AllowN(k, now, %v, %d) = %+v, want denied with 0 remaining", fast, fast.Burst, r)
+	}
 }
