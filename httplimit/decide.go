@@ -184,8 +184,11 @@ func (m *Middleware) Check(r *http.Request) (Decision, error) {
 		var err error
 		if cost > rule.Limit.Burst {
 			res = beyondBurst(ctx, rule, lkey)
-		} else {
-			res, err = rule.Limiter.AllowN(ctx, lkey, rule.Limit, cost)
+		} else if res, err = rule.Limiter.AllowN(ctx, lkey, rule.Limit, cost); errors.Is(err, hybridlimit.ErrCostExceedsBurst) {
+			// Within the rule's burst but above one part's of a split
+			// key: refused as any cost no wait can pay. As an error it
+			// went to OnError, and FailOpen let it through uncounted.
+			res, err = beyondBurst(ctx, rule, lkey), nil
 		}
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {

@@ -42,6 +42,14 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
+		if e.shards > 1 {
+			// The smallest part's burst bounds a cost, whatever the
+			// allowance at hand could pay.
+			if p := partOf(limit, int(e.shards)-1, int(e.shards)); cost > p.Burst {
+				return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+					hybridlimit.ErrCostExceedsBurst, cost, p.Burst, limit, e.shards)
+			}
+		}
 		if n := l.pay(e, cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil
 		}
@@ -49,10 +57,6 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			continue
 		}
 		if e.shards > 1 {
-			if p := partOf(limit, int(e.shards)-1, int(e.shards)); cost > p.Burst {
-				return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
-					hybridlimit.ErrCostExceedsBurst, cost, p.Burst, limit, e.shards)
-			}
 			var r hybridlimit.Result
 			var done bool
 			if e, r, done = l.fallOver(e, limit, cost, now, src); done {
@@ -106,7 +110,7 @@ func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64, src h
 		Limit:      limit,
 		Allowed:    true,
 		Source:     src,
-		Remaining:  avail + e.remaining.Load(),
+		Remaining:  min(avail+e.remaining.Load(), limit.Burst),
 		ResetAfter: time.Duration(e.resetAfter.Load()),
 	}
 }

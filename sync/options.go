@@ -375,7 +375,8 @@ func WithLowLimitThreshold(tokens float64) Option {
 // runs dry, so the parts' traffic, and their load on Redis, spreads over
 // the instances. A request's cost must fit in one part's burst. Results
 // report Remaining summed over the parts. A key keeps its shard count while
-// it stays in memory under one limit; a change starts its parts afresh.
+// it stays in memory under one limit; a change starts its parts afresh, as
+// full buckets, so the key may admit up to one more burst at the change.
 // Example: WithShards(func(key string, _ hybridlimit.Limit) int {
 // if key == "sale" { return 4 }; return 1 }).
 func WithShards(shards func(key string, limit hybridlimit.Limit) int) Option {

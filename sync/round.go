@@ -291,8 +291,10 @@ func (l *Limiter) minLease(limit hybridlimit.Limit) int64 {
 // whose home they are, about live/shards of them, so a split leaves the
 // rule where it was for the key.
 func (l *Limiter) lowLimit(e *entry, limit hybridlimit.Limit) bool {
-	users := max(l.live.Load()/int64(max(e.shards, 1)), 1)
-	return limit.TokensIn(l.cfg.interval)/float64(users) < l.cfg.lowLimit
+	// Not rounded: with fewer instances than parts, a whole one per part
+	// made a split key exact where the whole key leased.
+	users := float64(max(l.live.Load(), 1)) / float64(max(e.shards, 1))
+	return limit.TokensIn(l.cfg.interval)/users < l.cfg.lowLimit
 }
 
 // exec sends the round's messages and stores the replies in them. A call
