@@ -5,9 +5,10 @@
 // and a share of the limit (Part): the parts' rates and bursts add up to the
 // key's, so the key's global budget is still respected, while requests and
 // sync messages for it spread over S slots that Place and Group put in S
-// equal slice of the slot range, and so on different masters of any
-// cluster whose masters own contiguous ranges (every cluster that
-// redis-cli --cluster create or CLUSTER ADDSLOTSRANGE builds).
+// equal slices of the slot range, and so on different masters of a cluster
+// whose masters own contiguous ranges (every cluster that redis-cli
+// --cluster create or CLUSTER ADDSLOTSRANGE builds): always up to 3
+// masters, and for most keys beyond (see Place and Group).
 //
 // Global wraps the exact limiters of package global with a suffix-sharded
 // layout (every algorithm: one part per request, falling over to a sibling
