@@ -89,22 +89,13 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 	srv := redistest.StandaloneServer(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := &movableClock{}
-	clk.ns.Store(time.Now().UnixNano())
+	clk := newMovableClock()
 	cut := &cutHook{}
 	cb := srv.Client(t)
 	cb.AddHook(cut)
-	mk := func(c *redis.Client, id string) *Limiter {
-		l, err := New(c, WithPrefix(prefix), WithInstanceID(id), WithClock(clk),
-			WithSyncInterval(100*time.Millisecond, 0), WithLowLimitThreshold(0), WithFailurePolicy(FailClosed))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close(ctx) })
-		return l
-	}
 	rdb := srv.Client(t)
-	a, b := mk(rdb, "a"), mk(cb, "b")
+	a := handDriven(t, rdb, clk, prefix, "a", WithFailurePolicy(FailClosed))
+	b := handDriven(t, cb, clk, prefix, "b", WithFailurePolicy(FailClosed))
 	const budget = 3000
 	limit := hybridlimit.Limit{Rate: budget, Period: hybridlimit.MaxRefill, Burst: budget} // frozen
 	var admitted int64
@@ -180,14 +171,8 @@ func TestHealthySplitKeyNotMovedBack(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := &movableClock{}
-	clk.ns.Store(time.Now().UnixNano())
-	a, err := New(rdb, WithPrefix(prefix), WithInstanceID("a"), WithClock(clk),
-		WithSyncInterval(100*time.Millisecond, 0), WithLowLimitThreshold(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(ctx) })
+	clk := newMovableClock()
+	a := handDriven(t, rdb, clk, prefix, "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
 	if err := a.reshard(ctx, "hot", limit, layout{1, 0}, split); err != nil {
@@ -248,14 +233,8 @@ func TestUnaskedPartEvicted(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	clk := &movableClock{}
-	clk.ns.Store(time.Now().UnixNano())
-	a, err := New(rdb, WithPrefix(redistest.Prefix(t)), WithInstanceID("a"), WithClock(clk),
-		WithSyncInterval(100*time.Millisecond, 0), WithLowLimitThreshold(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(ctx) })
+	clk := newMovableClock()
+	a := handDriven(t, rdb, clk, redistest.Prefix(t), "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
 	if err := a.reshard(ctx, "hot", limit, layout{1, 0}, split); err != nil {

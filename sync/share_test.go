@@ -9,18 +9,25 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 )
 
+// offline returns a limiter on a client that is never used.
+func offline(t *testing.T) *Limiter {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // TestFallbackShare checks the limit an instance keeps to alone: its
 // shares never add up to more than the limit, and a long period is not
 // stretched past what a limit may have. 1000 per 200 days between two
 // instances was one token a year with a burst of 1; that floor is for
 // shares of less than a token a year.
 func TestFallbackShare(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used
-	defer rdb.Close()
-	l, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := offline(t)
 	day := 24 * time.Hour
 	for _, tc := range []struct {
 		limit hybridlimit.Limit
@@ -44,5 +51,27 @@ func TestFallbackShare(t *testing.T) {
 		if got.Period != hybridlimit.MaxRefill && float64(tc.n)*got.TokensIn(366*day) > tc.limit.TokensIn(366*day)+1e-9 {
 			t.Errorf("shares of %v among %d (%v each) add up to more than it", tc.limit, tc.n, got)
 		}
+	}
+}
+
+// TestFallbackShareValid: 4 per week with a burst of 209 refills in
+// 365.75 days, a valid limit; its share between 2 instances was 2 per
+// week with a burst of 105, which takes 367.5 days, more than MaxRefill.
+// The fallback table refused it, and every decision on such a key was
+// denied while Redis was down, as under FailClosed.
+func TestFallbackShareValid(t *testing.T) {
+	l := offline(t)
+	limit := hybridlimit.Limit{Rate: 4, Period: 7 * 24 * time.Hour, Burst: 209}
+	if err := limit.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l.live.Store(2)
+	share := l.share(limit)
+	if err := share.Validate(); err != nil {
+		t.Errorf("share of %v among 2 = %v: %v", limit, share, err)
+	}
+	r := l.degraded(l.cfg.clock.Now(), "k", limit, 1)
+	if !r.Allowed {
+		t.Errorf("FallbackLocal, first decision on a fresh key: %+v; want allowed from its share", r)
 	}
 }

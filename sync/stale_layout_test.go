@@ -15,6 +15,27 @@ type movableClock struct{ ns atomic.Int64 }
 
 func (c *movableClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
+// newMovableClock returns a movableClock at the present.
+func newMovableClock() *movableClock {
+	c := &movableClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+// handDriven returns a limiter called id on clk, with no loop (the test
+// runs its rounds), a round every 100ms without jitter, and no low-limit
+// rule, so that a slow limit leases ahead; closed when the test ends.
+func handDriven(t *testing.T, rdb hybridlimit.Redis, clk Clock, prefix, id string, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(rdb, append([]Option{WithPrefix(prefix), WithInstanceID(id), WithClock(clk),
+		WithSyncInterval(100*time.Millisecond, 0), WithLowLimitThreshold(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
 // TestStaleLayoutRejoins cuts an instance off while its key moves twice,
 // long enough for the markers of the layout it knew to lapse. They read
 // as absent, that is full, and nothing sent it on: it spent its part of
@@ -27,18 +48,8 @@ func TestStaleLayoutRejoins(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := &movableClock{}
-	clk.ns.Store(time.Now().UnixNano())
-	mk := func(id string) *Limiter {
-		l, err := New(rdb, WithPrefix(prefix), WithInstanceID(id), WithClock(clk),
-			WithSyncInterval(100*time.Millisecond, 0), WithLowLimitThreshold(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close(ctx) })
-		return l
-	}
-	a, b := mk("a"), mk("b")
+	clk := newMovableClock()
+	a, b := handDriven(t, rdb, clk, prefix, "a"), handDriven(t, rdb, clk, prefix, "b")
 	const budget = 3000
 	limit := hybridlimit.Limit{Rate: budget, Period: time.Hour, Burst: budget} // about a token a second refills
 	start := time.Now()
