@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -172,9 +173,11 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			return res.Allowed, err
 		}
 	case Local:
-		share := localShare(sc.Limit, n)
+		shares := make([]hybridlimit.Limit, n)
+		some := make([]bool, n)
 		ts := make([]*local.Table, n)
 		for k := range ts {
+			shares[k], some[k] = localShare(sc.Limit, n, k)
 			tb, err := local.NewTable()
 			if err != nil {
 				rig.close()
@@ -183,7 +186,10 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			ts[k] = tb
 		}
 		rig.decide = func(_ context.Context, inst int, key string) (bool, error) {
-			res, err := ts[inst].Allow(key, share)
+			if !some[inst] {
+				return false, nil // no share of the burst: see localShare
+			}
+			res, err := ts[inst].Allow(key, shares[inst])
 			return res.Allowed, err
 		}
 	case Optimistic, Reserve, ReserveSharded:
