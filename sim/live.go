@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -172,9 +173,11 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			return res.Allowed, err
 		}
 	case Local:
-		share := localShare(sc.Limit, n)
+		shares := make([]hybridlimit.Limit, n)
+		some := make([]bool, n)
 		ts := make([]*local.Table, n)
 		for k := range ts {
+			shares[k], some[k] = localShare(sc.Limit, n, k)
 			tb, err := local.NewTable()
 			if err != nil {
 				rig.close()
@@ -183,7 +186,10 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			ts[k] = tb
 		}
 		rig.decide = func(_ context.Context, inst int, key string) (bool, error) {
-			res, err := ts[inst].Allow(key, share)
+			if !some[inst] {
+				return false, nil // no share of the burst: see localShare
+			}
+			res, err := ts[inst].Allow(key, shares[inst])
 			return res.Allowed, err
 		}
 	case Optimistic, Reserve, ReserveSharded:
@@ -351,11 +357,15 @@ func newPicker(sc Scenario, worker uint64) func(at int64) (int, int) {
 			return k, skewedInstance(rng, k, sc.Instances, sc.Skew)
 		}
 	case Flash:
-		// Key 0 asks as much as any other key until half time, then Flash
-		// times as much: a share hot of the draws, the others spread over
-		// the other keys (a uniform draw over all keys would add to key 0).
+		// Key 0 has 1/K of the draws until half time, then F/K, a step of
+		// F as in Generate; the others share the rest evenly (a uniform
+		// draw over all keys would add to key 0). A closed loop's draws
+		// are fixed, so the step comes out of the other keys: each drops
+		// from 1/K to (K-F)/(K(K-1)), 75% of before with the defaults,
+		// where virtual mode adds key 0's extra to the stream. With F >= K
+		// key 0 takes every draw, a step of K, not F.
 		half := int64(sc.Duration) / 2
-		hot := sc.Flash / (sc.Flash + float64(sc.Keys-1))
+		hot := min(1, sc.Flash/float64(sc.Keys))
 		return func(at int64) (int, int) {
 			if at < half {
 				return rng.IntN(sc.Keys), inst()

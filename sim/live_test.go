@@ -121,27 +121,38 @@ func TestLiveStopsOnCancel(t *testing.T) {
 	}
 }
 
-// TestLiveFlashStepsUpByFactor checks that live flash traffic asks key 0,
-// after half time, Flash times as often as any other key, as Generate does.
+// TestLiveFlashStepsUpByFactor checks that key 0's share of a live
+// worker's draws steps up Flash times at half time, from 1/K to F/K, as
+// its demand does in Generate; with F > K it can only take every draw, a
+// step of K.
 func TestLiveFlashStepsUpByFactor(t *testing.T) {
-	sc := small(Flash) // 20 keys, flash 50
-	pick := newPicker(sc, 0)
-	const n = 1_000_000
-	for _, at := range []int64{0, int64(sc.Duration) / 2} {
-		var hot int
-		for range n {
-			if k, _ := pick(at); k == 0 {
-				hot++
+	def, sm := DefaultScenario(Flash), small(Flash)
+	one := def
+	one.Flash = 1
+	for _, tt := range []struct {
+		sc   Scenario
+		step float64
+	}{
+		{def, def.Flash},       // 200 keys, flash 50: 1/200 to 1/4
+		{one, 1},               // no flash
+		{sm, float64(sm.Keys)}, // 20 keys, flash 50: 1/20 to all
+	} {
+		pick := newPicker(tt.sc, 0)
+		const n = 4_000_000 // key 0 gets 20,000 draws at 1/200: 0.7% error
+		var share [2]float64
+		for i, at := range []int64{0, int64(tt.sc.Duration) / 2} {
+			hot := 0
+			for range n {
+				if k, _ := pick(at); k == 0 {
+					hot++
+				}
 			}
+			share[i] = float64(hot) / n
 		}
-		ratio := float64(hot) / (float64(n-hot) / float64(sc.Keys-1))
-		want := 1.0
-		if at > 0 {
-			want = sc.Flash
-		}
-		t.Logf("at %v: key 0 asked %.2f times as often as another key", time.Duration(at), ratio)
-		if ratio < want*0.97 || ratio > want*1.03 {
-			t.Errorf("at %v: key 0 asked %.2f times as often as another key, want %v", time.Duration(at), ratio, want)
+		step := share[1] / share[0]
+		t.Logf("%d keys, flash %v: key 0's share %.5f before, %.5f after, a step of %.2f", tt.sc.Keys, tt.sc.Flash, share[0], share[1], step)
+		if step < tt.step*0.97 || step > tt.step*1.03 {
+			t.Errorf("%d keys, flash %v: key 0's share of the draws stepped up %.2f times, want %v", tt.sc.Keys, tt.sc.Flash, step, tt.step)
 		}
 	}
 }

@@ -22,7 +22,9 @@ type Accuracy struct {
 	// WorstWindow is the largest excess, over keys and over closed windows
 	// of one period, of the admissions above what a token bucket can ever
 	// admit in such a window (Burst + Rate), relative to that bound; 0 when
-	// no window exceeds it.
+	// no window exceeds it. It is blind to excess that stays within that
+	// bound per period, such as 1.9 x Burst at one instant or 1.9 x Rate
+	// sustained; Overshoot counts those.
 	WorstWindow float64
 	// PerKey holds each key's admitted and oracle counts, for diagnostics.
 	PerKey []KeyCount

@@ -64,6 +64,30 @@ func TestWorstWindowOvershoot(t *testing.T) {
 	}
 }
 
+// TestWorstWindowReadme holds the README's examples of what the worst
+// window column sees at 100/s burst 100 (a bound of 200 per second), and
+// what it is blind to: excess that stays within the bound per period.
+func TestWorstWindowReadme(t *testing.T) {
+	limit := hybridlimit.PerSecond(100)
+	sec := int64(time.Second)
+	tests := []struct {
+		name  string
+		times []int64
+		want  float64
+	}{
+		{"300 in one second", times(0, sec/299, 300), 0.5},
+		{"28%: 256 in one second", times(0, sec/255, 256), 0.28},
+		{"174%: 548 in one second, 5.5x the rate", times(0, sec/547, 548), 1.74},
+		{"190 at one instant, 1.9x the burst", times(0, 0, 190), 0},
+		{"a steady 190/s for 10s, 1.9x the rate", times(0, sec/190, 1900), 0},
+	}
+	for _, tt := range tests {
+		if got := WorstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: WorstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestMeasure(t *testing.T) {
 	limit := hybridlimit.PerSecond(10).WithBurst(2)
 	reqs := []Request{{At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 1}, {At: ms, Key: 1}, {At: 2 * ms, Key: 1}}

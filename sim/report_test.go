@@ -123,3 +123,50 @@ func TestWriteSVG(t *testing.T) {
 		}
 	}
 }
+
+// TestTinyRatioIsNotZero: one key admitted once more than the oracle out
+// of three million has an overshoot of 3.3e-7, which rounding to six
+// decimals to nearest printed as 0 beside admitted > oracle_admitted.
+func TestTinyRatioIsNotZero(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		admitted, oracle int64
+	}{
+		{"overshoot", 3_000_001, 3_000_000},
+		{"undershoot", 3_000_000, 3_000_001},
+	} {
+		per := []KeyCount{{Key: 0, Demand: 4_000_000, Admitted: tt.admitted, Oracle: tt.oracle}}
+		a := Accuracy{Decisions: 4_000_000, Admitted: tt.admitted, OracleAdmitted: tt.oracle, PerKey: per}
+		a.Overshoot, a.Undershoot = OvershootRatios(per)
+		res := newResult(run{strategy: Local}, 8, a, nil)
+		got, other := res.OvershootRatio, res.UndershootRatio
+		if tt.name == "undershoot" {
+			got, other = other, got
+		}
+		if got != 1e-6 || other != 0 {
+			t.Errorf("%s: admitted %d, oracle %d: %s ratio %g (other %g), want 1e-06 (other 0)", tt.name, tt.admitted, tt.oracle, tt.name, got, other)
+		}
+		var b bytes.Buffer
+		rep := &Report{Scenario: Hotspot, Mode: "virtual", Results: []Result{res}}
+		if err := rep.WriteJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		if want := `"` + tt.name + `_ratio": 0.000001`; !strings.Contains(b.String(), want) {
+			t.Errorf("%s: JSON lacks %s:\n%s", tt.name, want, b.String())
+		}
+		b.Reset()
+		if err := rep.WriteTable(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "<0.01%") {
+			t.Errorf("%s: table shows a nonzero ratio as 0.00%%, want <0.01%%:\n%s", tt.name, b.String())
+		}
+	}
+	// Zero stays zero, and a ratio that rounds to a nonzero value rounds
+	// to nearest as before.
+	for x, want := range map[float64]float64{0: 0, 1.4e-6: 1e-6, 0.0140845: 0.014085, -3e-7: -1e-6} {
+		if got := round6(x); got != want {
+			t.Errorf("round6(%g) = %g, want %g", x, got, want)
+		}
+	}
+}

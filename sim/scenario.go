@@ -23,7 +23,10 @@ const (
 	// Uniform draws keys uniformly.
 	Uniform Workload = "uniform"
 	// Flash is uniform traffic in which one key's demand (key 0) steps up
-	// by the Flash factor at half time.
+	// by the Flash factor at half time. In virtual mode key 0's arrivals
+	// are added to the stream; in live mode, a closed loop, key 0's share
+	// of the draws steps from 1/Keys to Flash/Keys, out of the other keys'
+	// draws, and to all of them when Flash >= Keys (a step of Keys).
 	Flash Workload = "flash"
 	// SkewedLB is Hotspot traffic behind an unequal load balancer: each key
 	// has a home instance that receives the Skew share of its requests.
@@ -50,7 +53,8 @@ type Scenario struct {
 	// ZipfS is the Zipf exponent of Hotspot and SkewedLB, above 1: key i
 	// (0 the hottest) is drawn with probability proportional to (i+1)^-ZipfS.
 	ZipfS float64
-	// Flash is the factor by which key 0's demand steps up at half time.
+	// Flash is the factor by which key 0's demand steps up at half time
+	// (in live mode at most Keys: see the Flash workload).
 	Flash float64
 	// Skew is the share of a key's requests that SkewedLB sends to the key's
 	// home instance (key index mod Instances), in [0, 1]; the rest is spread

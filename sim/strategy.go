@@ -20,7 +20,8 @@ const (
 	// per request. It must match the oracle exactly.
 	Exact Strategy = "exact"
 	// Local lets each instance enforce its share, the limit divided by the
-	// instance count, with no Redis at all.
+	// instance count, with no Redis at all. The shares of the burst sum to
+	// exactly Burst (see localShare).
 	Local Strategy = "local"
 	// Optimistic is the hybrid limiter in Optimistic mode.
 	Optimistic Strategy = "optimistic"
@@ -90,11 +91,22 @@ func DefaultIntervals() []time.Duration {
 	return []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
 }
 
-// localShare is the limit each instance of the Local strategy enforces:
-// the rate spread over n instances by stretching the period, so that 100/s
-// among 8 is exactly 100 per 8s each, and the burst divided, rounded up.
-func localShare(l hybridlimit.Limit, n int) hybridlimit.Limit {
-	return hybridlimit.Limit{Rate: l.Rate, Period: l.Period * time.Duration(n), Burst: (l.Burst + int64(n) - 1) / int64(n)}
+// localShare is the limit instance i of n enforces in the Local strategy,
+// and false if that instance admits nothing. The rate is spread by
+// stretching the period, so that 100/s among 8 is exactly 100 per 8s each.
+// The burst is split so that the shares sum to exactly Burst, B/n each and
+// one more for the first B mod n instances: rounding every share up would
+// let n instances hold up to n-1 tokens more than the limit at once (104 of
+// 100 among 8), an overshoot the strategy's claim does not allow. An
+// instance whose share of the burst is 0 (i >= B when B < n) admits
+// nothing, since a bucket needs a burst of 1; its rate share is lost too,
+// so below n the instances together refill B/n of the rate.
+func localShare(l hybridlimit.Limit, n, i int) (hybridlimit.Limit, bool) {
+	burst := l.Burst / int64(n)
+	if int64(i) < l.Burst%int64(n) {
+		burst++
+	}
+	return hybridlimit.Limit{Rate: l.Rate, Period: l.Period * time.Duration(n), Burst: burst}, burst > 0
 }
 
 // hybridOptions returns the options of a hybrid strategy's instance k,

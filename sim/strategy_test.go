@@ -46,16 +46,38 @@ func TestPlan(t *testing.T) {
 func TestLocalShare(t *testing.T) {
 	tests := []struct {
 		limit hybridlimit.Limit
-		n     int
+		n, i  int
 		want  hybridlimit.Limit
+		ok    bool
 	}{
-		{hybridlimit.PerSecond(100), 8, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 13}},
-		{hybridlimit.PerSecond(100), 1, hybridlimit.PerSecond(100)},
-		{hybridlimit.PerSecond(3).WithBurst(1), 4, hybridlimit.Limit{Rate: 3, Period: 4 * time.Second, Burst: 1}},
+		{hybridlimit.PerSecond(100), 8, 0, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 13}, true},
+		{hybridlimit.PerSecond(100), 8, 3, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 13}, true},
+		{hybridlimit.PerSecond(100), 8, 4, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 12}, true},
+		{hybridlimit.PerSecond(100), 8, 7, hybridlimit.Limit{Rate: 100, Period: 8 * time.Second, Burst: 12}, true},
+		{hybridlimit.PerSecond(100), 1, 0, hybridlimit.PerSecond(100), true},
+		{hybridlimit.PerSecond(3).WithBurst(1), 4, 0, hybridlimit.Limit{Rate: 3, Period: 4 * time.Second, Burst: 1}, true},
+		{hybridlimit.PerSecond(3).WithBurst(1), 4, 1, hybridlimit.Limit{Rate: 3, Period: 4 * time.Second, Burst: 0}, false},
 	}
 	for _, tt := range tests {
-		if got := localShare(tt.limit, tt.n); got != tt.want {
-			t.Errorf("localShare(%v, %d) = %+v, want %+v", tt.limit, tt.n, got, tt.want)
+		if got, ok := localShare(tt.limit, tt.n, tt.i); got != tt.want || ok != tt.ok {
+			t.Errorf("localShare(%v, %d, %d) = %+v, %v, want %+v, %v", tt.limit, tt.n, tt.i, got, ok, tt.want, tt.ok)
+		}
+	}
+	// The shares add up to the limit: the bursts to Burst, the rates (each
+	// over n periods) to Rate per period.
+	for _, l := range []hybridlimit.Limit{hybridlimit.PerSecond(100), hybridlimit.PerSecond(100).WithBurst(1), hybridlimit.PerMinute(7)} {
+		for _, n := range []int{1, 3, 8, 1024} {
+			var burst int64
+			for i := range n {
+				s, _ := localShare(l, n, i)
+				burst += s.Burst
+				if s.Rate != l.Rate || s.Period != l.Period*time.Duration(n) {
+					t.Errorf("localShare(%v, %d, %d) = %+v: rate share is not Rate per %d periods", l, n, i, s, n)
+				}
+			}
+			if burst != l.Burst {
+				t.Errorf("localShare(%v, %d, i): bursts sum to %d, want %d", l, n, burst, l.Burst)
+			}
 		}
 	}
 }

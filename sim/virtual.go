@@ -10,6 +10,7 @@ import (
 	stdsync "sync"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -210,12 +211,21 @@ func (s *simulation) runExact(ctx context.Context, emb *embedded, counter *Count
 }
 
 // runLocal decides every request with the instance's own bucket for the
-// key, holding the instance's share of the limit. It uses local.Core, the
-// core of every local bucket, on the virtual time axis directly.
+// key, holding the instance's share of the limit (an instance without a
+// share denies all). It uses local.Core, the core of every local bucket,
+// on the virtual time axis directly.
 func (s *simulation) runLocal(admitted []bool) error {
-	share := localShare(s.sc.Limit, s.sc.Instances)
+	shares := make([]hybridlimit.Limit, s.sc.Instances)
+	some := make([]bool, s.sc.Instances)
+	for k := range shares {
+		shares[k], some[k] = localShare(s.sc.Limit, s.sc.Instances, k)
+	}
 	cores := map[int64]*local.Core{}
 	for i, r := range s.reqs {
+		if !some[r.Inst] {
+			continue // admitted[i] stays false
+		}
+		share := shares[r.Inst]
 		id := int64(r.Inst)*int64(s.sc.Keys) + int64(r.Key)
 		c := cores[id]
 		if c == nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit"
 )
 
 // smallConfig is a report small enough for tests under the race detector:
@@ -135,5 +137,37 @@ func TestVirtualStopsOnCancel(t *testing.T) {
 	cancel()
 	if _, err := RunVirtual(ctx, smallConfig()); err == nil {
 		t.Error("RunVirtual with a cancelled context succeeded")
+	}
+}
+
+// TestLocalSharesSumToBurst spreads a burst evenly: each of 8 instances
+// asks for ceil(B/8) tokens of one key at t=0. The local strategy claims
+// that each instance enforces limit/N, so together they may admit at most
+// B, and since every instance asks for at least its share, exactly B.
+func TestLocalSharesSumToBurst(t *testing.T) {
+	const n = 8
+	for _, b := range []int64{1, 3, 7, 8, 9, 100} {
+		sc := small(Uniform)
+		sc.Instances, sc.Keys, sc.Limit = n, 1, hybridlimit.PerSecond(100).WithBurst(b)
+		var reqs []Request
+		for inst := range n {
+			for range (b + n - 1) / n {
+				reqs = append(reqs, Request{At: 0, Key: 0, Inst: int32(inst)})
+			}
+		}
+		s := &simulation{sc: sc, reqs: reqs}
+		admitted := make([]bool, len(reqs))
+		if err := s.runLocal(admitted); err != nil {
+			t.Fatalf("burst %d: %v", b, err)
+		}
+		var got int64
+		for _, ok := range admitted {
+			if ok {
+				got++
+			}
+		}
+		if got != b {
+			t.Errorf("burst %d over %d instances, %d requests at t=0 each: local admitted %d, want %d", b, n, (b+n-1)/n, got, b)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		limit      = fs.Int64("limit", 100, "every key's limit, per second")
 		burst      = fs.Int64("burst", 0, "every key's burst (default: the limit)")
 		zipf       = fs.Float64("zipf", 1.1, "Zipf exponent of hotspot and skewed-lb keys, above 1")
-		flash      = fs.Float64("flash", 50, "flash: factor by which key 0's demand steps up at half time")
+		flash      = fs.Float64("flash", 50, "flash: factor by which key 0's demand steps up at half time (live: its share of the draws, from 1/keys to at most all)")
 		skew       = fs.Float64("skew", 0.5, "skewed-lb: share of a key's requests sent to its home instance")
 		live       = fs.Bool("live", false, "run in real time against -redis or -cluster")
 		redisAddr  = fs.String("redis", "", "live: a Redis server, host:port")
