@@ -692,6 +692,10 @@ func (t *Table) reclaim(s *shard, x int64, k int) {
 // goes before one 100 tokens short of a burst of 1000.
 func (t *Table) evict(s *shard, x int64) {
 	best, bestShort := uint64(0), int64(math.MaxInt64)
+	// Buckets are weighed no later than the clock: at a time ahead every
+	// bucket reads full, and the first sampled, however drained, would be
+	// forgiven (as removeIdle never forgets one short now).
+	clock := since(t.base)
 	for range evictSample {
 		i, ok := s.next(t.tomb, len(s.index.Load().s))
 		if !ok {
@@ -702,7 +706,7 @@ func (t *Table) evict(s *shard, x int64) {
 		}
 		e := s.index.Load().s[i].e.Load()
 		tat := e.tat.Load()
-		short := e.p.limit.Burst - e.p.tokens(tat, e.p.clock(t.within(s, e.p, x)))
+		short := e.p.limit.Burst - e.p.tokens(tat, e.p.clock(min(t.within(s, e.p, x), clock)))
 		if short < bestShort {
 			best, bestShort = i, short
 		}
