@@ -233,10 +233,12 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 				continue
 			}
 			if *e.limit.Load() != limit {
+				if !e.denialHolds(limit) {
+					// Redis said empty under a tighter limit: under this
+					// one (more burst, a faster rate) it may hold tokens.
+					e.denyUntil.Store(0)
+				}
 				e.limit.Store(l.limits.get(limit))
-				// Redis said empty under the old limit: under this one
-				// (a larger burst, a faster rate) it may hold tokens.
-				e.denyUntil.Store(0)
 			}
 			return e, nil
 		}
@@ -264,8 +266,8 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 	e := &entry{
 		key:    name,
 		owner:  key,
-		shard:  int32(j),
-		shards: int32(at.shards),
+		shard:  int16(j),
+		shards: int16(at.shards),
 		gen:    int32(at.gen),
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),

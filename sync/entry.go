@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"math/bits"
 	"runtime"
 	stdsync "sync"
 	"sync/atomic"
@@ -37,14 +38,15 @@ type entry struct {
 	// The first cache line ends here: all a decision reads or writes.
 
 	hash      uint64
-	owner     string       // the caller's key; key is the table's name for it
-	shard     int32        // which part of a split key this entry spends (0 if whole)
-	shards    int32        // how many parts the key is split into (1 if whole)
-	gen       int32        // the layout's generation: 0 for the configured one, more after a reshard
-	via       atomic.Int32 // home of a split key: the part decisions turned to last (home's own index at first)
-	partLeft  atomic.Int64 // tokens left in this part's global bucket as of the last sync
-	epoch     int64        // first sequence number of this entry's messages
-	denyUntil atomic.Int64 // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
+	owner     string        // the caller's key; key is the table's name for it
+	shard     int16         // which part of a split key this entry spends (0 if whole)
+	shards    int16         // how many parts the key is split into (1 if whole; at most sharding.MaxShards)
+	deniedFor atomic.Uint32 // limitHash of the key's limit denyUntil was set under
+	gen       int32         // the layout's generation: 0 for the configured one, more after a reshard
+	via       atomic.Int32  // home of a split key: the part decisions turned to last (home's own index at first)
+	partLeft  atomic.Int64  // tokens left in this part's global bucket as of the last sync
+	epoch     int64         // first sequence number of this entry's messages
+	denyUntil atomic.Int64  // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
 	issued   int64         // allowance handed to avail in all
@@ -65,6 +67,35 @@ type entry struct {
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 	heardAt  atomic.Int64  // when Redis last answered for this entry, or when it was made
+}
+
+// denialHolds reports whether the denial e remembers (denyUntil) holds
+// for the key under limit: the limit it was set under, or one no looser
+// than e's limit, for which it holds already. A looser limit (more burst,
+// a faster rate) may find tokens in the same bucket. A key asked under
+// two limits in turn thus keeps a denial set under the looser one instead
+// of asking Redis at every turn. (A hash: a collision keeps a denial that
+// should go, until its time, never admits what it should not.)
+func (e *entry) denialHolds(limit hybridlimit.Limit) bool {
+	cur := *e.limit.Load()
+	return limit == cur || e.deniedFor.Load() == limitHash(limit) || noLooser(limit, cur)
+}
+
+// limitHash is a 32-bit hash of a limit.
+func limitHash(l hybridlimit.Limit) uint32 {
+	h := uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^ uint64(l.Burst)*0x165667b19e3779f9
+	return uint32(h ^ h>>32)
+}
+
+// noLooser reports whether a admits no more than b: no more burst and a
+// rate no faster (a.Rate/a.Period <= b.Rate/b.Period, in 128 bits).
+func noLooser(a, b hybridlimit.Limit) bool {
+	if a.Burst > b.Burst {
+		return false
+	}
+	ah, al := bits.Mul64(uint64(a.Rate), uint64(b.Period))
+	bh, bl := bits.Mul64(uint64(b.Rate), uint64(a.Period))
+	return ah < bh || ah == bh && al <= bl
 }
 
 // layout returns the layout of e's key that e belongs to.

@@ -333,7 +333,9 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 	}
 	r := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceLocal}
 	e := l.table.get(key)
-	if e == nil || e.dead.Load() {
+	if e == nil || e.dead.Load() || !e.denialHolds(limit) {
+		// Untracked, or known only under a tighter limit: as an absent
+		// bucket reads, full.
 		r.Allowed, r.Remaining = true, limit.Burst
 		return r, nil
 	}

@@ -21,7 +21,8 @@ import (
 // message is what one round says to Redis about one entry.
 type message struct {
 	e     *entry
-	limit hybridlimit.Limit
+	limit hybridlimit.Limit  // the part's
+	key   *hybridlimit.Limit // the key's, as the message was prepared
 	seq   int64
 	base  int64 // the ledger total as the instance last heard it
 	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
@@ -110,6 +111,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 				l.heat.add(e.owner)
 			}
 			m.e = e
+			m.key = e.limit.Load()
 			m.seq = l.seq.Add(1)
 			e.inflight = true
 			e.sentAt = l.nanos(now)
@@ -168,10 +170,12 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 			// Redis never records less than what the message says is held
 			// (it may be spent before the reply): keep no more than twice
 			// the demand, or one instance keeps the pool it was granted
-			// alone and starves those that come later.
-			want := e.waiting + l.lease(e, limit, now)
-			if a := e.avail.Load(); a > 2*want {
-				e.take(a - want)
+			// alone and starves those that come later. At least the
+			// minimum lease stays, which a quiet or low-limit key (no
+			// lease) spends from next rather than be denied.
+			keep := max(e.waiting+l.lease(e, limit, now), l.minLease(limit), 1)
+			if a := e.avail.Load(); a > 2*keep {
+				e.take(a - keep)
 			}
 		}
 		held, consumed := e.snapshot()
@@ -711,12 +715,14 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 			until = min(until, max(e.nextSync, l.nanos(now)+int64(l.cfg.interval)))
 		}
 		e.denyUntil.Store(until)
+		e.deniedFor.Store(limitHash(*m.key))
 	} else if l.cfg.mode == Optimistic && l.cfg.overshoot >= 0 && allowance == 0 {
 		// Tokens are left but other instances hold them all under the
 		// budget: nothing comes free before they report, so ask at the
 		// next round rather than at every denial (a starved instance sent
 		// a round per round trip, 1,868 in 2.5 s in TestLateGrantNotSpent).
 		e.denyUntil.Store(e.nextSync)
+		e.deniedFor.Store(limitHash(*m.key))
 	} else {
 		e.denyUntil.Store(0)
 	}
