@@ -10,19 +10,26 @@ import (
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
+// waiting returns a limiter with no loop, on a standalone server, whose
+// decisions wait up to 2 s for a fetch; closed when the test ends.
+func waiting(t *testing.T) *hlsync.Limiter {
+	t.Helper()
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("a"), hlsync.WithMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
 // TestPeekAfterLimitChange: a key emptied under 1 per hour is raised to
 // burst 5. AllowN under the raised limit drops the old limit's denial,
 // but Peek under it read that denial still: not allowed, an hour to wait,
 // nothing left, while Redis held 4.
 func TestPeekAfterLimitChange(t *testing.T) {
 	redistest.NoLeaks(t)
-	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("a"), hlsync.WithMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(ctx) })
+	l := waiting(t)
 	old := hybridlimit.Limit{Rate: 1, Period: time.Hour, Burst: 1}
 	raised := old.WithBurst(5)
 	if r, err := l.Allow(ctx, "k", old); err != nil || !r.Allowed {
@@ -52,13 +59,8 @@ func TestPeekAfterLimitChange(t *testing.T) {
 // key under one limit is denied locally until Redis's retry time.
 func TestFlappingLimitKeepsDenial(t *testing.T) {
 	redistest.NoLeaks(t)
-	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("a"), hlsync.WithMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(ctx) })
+	l := waiting(t)
 	a := hybridlimit.Limit{Rate: 1, Period: time.Hour, Burst: 2}
 	b := a.WithBurst(3)
 	for range 3 {
