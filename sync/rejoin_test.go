@@ -77,13 +77,13 @@ func partsLeftIn(t *testing.T, c hybridlimit.Redis, l *Limiter, key string, limi
 
 // TestRejoinKeepsLostGrant: an instance on a split key's current layout is
 // cut off just after Redis ran its top-up (the reply is lost, the entry
-// unacked). Without the rejoin rule, its next message restates the same
-// totals and the reply's total gives it the grant (design 6.2, section 7:
-// reply lost -> no token lost). With the rule, after half a marker's life
-// without a reply the unacked entry is retired by moveBack without ever
-// hearing from Redis again: the grant stays in the abandoned ledger and
-// leaves circulation. Admitted plus what the parts hold after Close must
-// be the budget.
+// unacked). Its next message must restate the same totals, so that the
+// reply's total gives it the grant (design 6.2, section 7: reply lost, no
+// token lost). The rule that sends a key out of touch for half a marker's
+// life back to the configured layout first retired the unacked entry
+// without hearing from Redis again: the grant stayed in the abandoned
+// ledger (506 of 3,000 tokens). Admitted plus what the parts hold after
+// Close must be the budget.
 func TestRejoinKeepsLostGrant(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
