@@ -42,13 +42,9 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if err != nil {
 			return l.degraded(now, key, limit, cost), nil
 		}
-		if e.shards > 1 {
-			// The smallest part's burst bounds a cost, whatever the
-			// allowance at hand could pay.
-			if p := partOf(limit, int(e.shards)-1, int(e.shards)); cost > p.Burst {
-				return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
-					hybridlimit.ErrCostExceedsBurst, cost, p.Burst, limit, e.shards)
-			}
+		if m := e.maxCost(limit); cost > m { // whatever the allowance at hand could pay
+			return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+				hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
 		}
 		if n := l.pay(e, cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil

@@ -69,6 +69,17 @@ type entry struct {
 	heardAt  atomic.Int64  // when Redis last answered for this entry, or when it was made
 }
 
+// maxCost returns the largest cost a decision on e's key may have under
+// limit: its burst, or for a split key the smallest part's, Burst/S
+// (sharding.Quota gives the remainder to the first parts). The fast and
+// the slow path both check it before any allowance pays.
+func (e *entry) maxCost(limit hybridlimit.Limit) int64 {
+	if e.shards == 1 {
+		return limit.Burst // no division on a whole key's fast path
+	}
+	return limit.Burst / int64(e.shards)
+}
+
 // denialHolds reports whether the denial e remembers (denyUntil) holds
 // for the key under limit: the limit it was set under, or one no looser
 // than e's limit, for which it holds already. A looser limit (more burst,

@@ -2,7 +2,10 @@ package sync
 
 import (
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/hybridlimit/hybridlimit"
 )
 
 // TestEntryTakeNeverAdds pins the bug where a raw negative reading of
@@ -54,6 +57,24 @@ func TestEntryLayout(t *testing.T) {
 	} {
 		if end > 64 {
 			t.Errorf("%s ends at %d, outside the first cache line", name, end)
+		}
+	}
+}
+
+// TestMaxCostIsSmallestPart checks the bound both decision paths use
+// against the parts themselves: the smallest part's burst.
+func TestMaxCostIsSmallestPart(t *testing.T) {
+	for _, burst := range []int64{1, 2, 5, 7, 64, 100, 1001, 1 << 40} {
+		limit := hybridlimit.Limit{Rate: burst, Period: time.Second, Burst: burst}
+		for s := 1; s <= 64 && int64(s) <= burst; s++ {
+			e := &entry{shards: int16(s)}
+			smallest := partOf(limit, 0, s).Burst
+			for j := range s {
+				smallest = min(smallest, partOf(limit, j, s).Burst)
+			}
+			if got := e.maxCost(limit); got != smallest {
+				t.Errorf("burst %d split %d ways: maxCost %d, smallest part's burst %d", burst, s, got, smallest)
+			}
 		}
 	}
 }

@@ -426,9 +426,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 // decision waits. Redis failures never surface as errors: the failure
 // policy turns them into decisions, counted in Stats.
 func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	// A split key's cost must fit its smallest part (Burst/S): the slow
-	// path refuses more, and so must this one.
-	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 && (cost <= limit.Burst && e.shards == 1 || cost <= limit.Burst/int64(e.shards)) {
+	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 && cost <= e.maxCost(limit) {
 		if n := e.spend(cost); n >= 0 {
 			return hybridlimit.Result{
 				Limit:      limit,
