@@ -1,0 +1,118 @@
+package sync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestSyncAfterClose: Sync (and BeginRound) do not check
+// that the limiter is closed. The final round of Close leaves its entries
+// in the schedule, so a Sync after Close (a caller driving the limiter
+// without the loop, whose ticker fires once more) composes ordinary
+// messages and leases tokens to an instance that will never spend or
+// return them: a later Close returns nil at once.
+func TestSyncAfterClose(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	ctx := context.Background()
+	clk := newFakeClock()
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"), hlsync.WithLowLimitThreshold(0))
+	limit := frozen(100)
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("Allow = %+v, %v", r, err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := remaining(t, rdb, p, "k", limit, 64); left != 99 {
+		t.Fatalf("after Close Redis holds %d, want 99", left)
+	}
+	clk.now.Add(int64(time.Second))
+	syncErr := l.Sync(ctx)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := remaining(t, rdb, p, "k", limit, 64)
+	t.Logf("Sync after Close = %v; Outstanding %d", syncErr, l.Stats().Outstanding)
+	if left != 99 {
+		t.Errorf("after Sync on a closed limiter Redis holds %d tokens, want 99: %d leased to a closed instance, never returned", left, 99-left)
+	}
+}
+
+// TestRunCanceledRestarts: Run returns when its ctx ends, but
+// leaves running set, so the limiter has no loop and can never get one
+// again: Start and Run answer ErrRunning.
+func TestRunCanceledRestarts(t *testing.T) {
+	redistest.NoLeaks(t)
+	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if err := l.Start(); err != nil {
+		t.Errorf("Start after Run returned = %v; no loop runs, want nil", err)
+	}
+}
+
+// TestAdmittedKeptWhenOverspent: when Redis's ledger says fewer tokens
+// were granted than the instance handed out (a failover lost the grant and
+// another instance took the bucket meanwhile, simulated here by rewriting
+// the ledger's total), applyReply counts the excess in Overspent but also
+// subtracts it from issued, so Stats.Admitted, exported as a Prometheus
+// counter, goes down by tokens that were in fact admitted.
+func TestAdmittedKeptWhenOverspent(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	ctx := context.Background()
+	clk := newFakeClock()
+	// Threshold 0: a frozen limit leases ahead like any key, so the key
+	// has something to say at its next round.
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("a"), hlsync.WithLowLimitThreshold(0))
+	limit := frozen(16)
+	if r, err := l.AllowN(ctx, "k", limit, 16); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(16) = %+v, %v", r, err)
+	}
+	before := l.Stats()
+	if before.Admitted != 16 {
+		t.Fatalf("Admitted = %d, want 16", before.Admitted)
+	}
+	bucket, _ := l.Keys("k")
+	ledger, err := rdb.HGet(ctx, bucket, "l:a").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq, epoch, total, at int64
+	if _, err := fmt.Sscanf(ledger, "%d %d %d %d", &seq, &epoch, &total, &at); err != nil {
+		t.Fatal(err)
+	}
+	// The grant is lost; the bucket stays empty (another instance took it).
+	if err := rdb.HSet(ctx, bucket, "l:a", fmt.Sprintf("%d %d %d %d", seq, epoch, 0, at)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.now.Add(int64(time.Second))
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := l.Stats()
+	ledger2, _ := rdb.HGet(ctx, bucket, "l:a").Result()
+	t.Logf("ledger %q -> %q, messages %d -> %d", ledger, ledger2, before.Messages, after.Messages)
+	t.Logf("before: Admitted %d Overspent %d; after: Admitted %d Overspent %d", before.Admitted, before.Overspent, after.Admitted, after.Overspent)
+	if after.Overspent != 16 {
+		t.Fatalf("Overspent = %d, want 16 (the short branch did not run)", after.Overspent)
+	}
+	if after.Admitted < before.Admitted {
+		t.Errorf("Stats.Admitted went down from %d to %d: the 16 overspent tokens were admitted all the same", before.Admitted, after.Admitted)
+	}
+}
