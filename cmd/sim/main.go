@@ -4,7 +4,8 @@
 //
 // With no flags it runs the hotspot scenario in virtual time on an
 // embedded Redis, every strategy, at sync intervals 50ms to 1s, and prints
-// a table:
+// on stdout a line naming the scenario, a table, and a legend of its
+// columns; on stderr it reports each run as it ends (-q: not at all):
 //
 //	go run ./cmd/sim
 //	go run ./cmd/sim -scenario flash -strategies reserve,optimistic -sync 200ms -json
@@ -26,6 +27,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +53,7 @@ type options struct {
 	json     bool
 	csv, svg string
 	progress bool
+	mode     string // "virtual" or "live"
 	diag     bool
 	cpuprof  string
 }
@@ -93,7 +96,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
-		verbose    = fs.Bool("v", false, "report progress on stderr (the default when stderr is a terminal)")
+		quiet      = fs.Bool("q", false, "report no progress on stderr (by default each run is reported as it ends)")
 		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
 		standalone = fs.Bool("standalone", false, "virtual: model one Redis server, not a cluster (one script call a round)")
 		cpuprof    = fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`, for go tool pprof")
@@ -161,7 +164,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		json:     *jsonOut,
 		csv:      *csvFile,
 		svg:      *svgFile,
-		progress: *verbose || isTerminal(stderr),
+		progress: !*quiet,
+		mode:     "virtual",
 		diag:     *diag,
 		cpuprof:  *cpuprof,
 	}
@@ -183,6 +187,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	case set["workers"] && *workers > sim.MaxTotalWorkers/sc.Instances:
 		return nil, bad("-workers %d x -instances %d is more than %d workers in all", *workers, sc.Instances, sim.MaxTotalWorkers)
 	}
+	if *live {
+		o.mode = "live"
+	}
 	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
 	if *cluster != "" {
 		for _, a := range strings.Split(*cluster, ",") {
@@ -195,15 +202,6 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // run runs the command with args and returns its exit status.
@@ -222,15 +220,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	if o.progress {
 		o.cfg.Progress = func(done, total int, r sim.Result) {
-			fmt.Fprintf(stderr, "sim: %d/%d %-18s %8.2fs  overshoot %s  cmds/decision %.4f\n",
-				done, total, r.Label(), r.Elapsed.Seconds(), pctStr(r.OvershootRatio), r.RedisCmdsPerDecision)
+			fmt.Fprintf(stderr, "sim: %*d/%d at %5.1fs: %-21s overshoot %s  cmds/decision %.4f  (this run %.2fs)\n",
+				len(strconv.Itoa(total)), done, total, time.Since(start).Seconds(), r.Label(),
+				pctStr(r.OvershootRatio), r.RedisCmdsPerDecision, r.Elapsed.Seconds())
 		}
-		mode := "virtual"
-		if o.live {
-			mode = "live"
-		}
-		fmt.Fprintf(stderr, "sim: %s, %s mode, %d instances, %d keys, %v, seed %d\n",
-			o.cfg.Scenario.Workload, mode, o.cfg.Scenario.Instances, o.cfg.Scenario.Keys, o.cfg.Scenario.Duration, o.cfg.Scenario.Seed)
+		title, _ := describe(o)
+		fmt.Fprintf(stderr, "sim: %d runs of %s; each is reported as it ends\n", runCount(o.cfg), title)
 	}
 	o.cfg.Detail = o.diag && !o.live
 	if o.cpuprof != "" {
@@ -261,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.json {
 		err = rep.WriteJSON(stdout)
 	} else {
-		err = rep.WriteTable(stdout)
+		err = writeTable(stdout, rep, o)
 	}
 	if err == nil && o.csv != "" {
 		err = writeFile(o.csv, rep.WriteCSV)
@@ -408,4 +403,117 @@ func writeKinds(w io.Writer, rows []sim.ClassRow) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// writeTable writes the report's table under two lines that say what ran
+// and above a legend of its columns. The table's rows are
+// Report.WriteTable's, unchanged, so that tables stay comparable.
+func writeTable(w io.Writer, rep *sim.Report, o *options) error {
+	title, load := describe(o)
+	if _, err := fmt.Fprintf(w, "Scenario %s:\n%s.\n\n", title, upper(load)); err != nil {
+		return err
+	}
+	if err := rep.WriteTable(w); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, legend(o))
+	return err
+}
+
+// describe says in words what a run of o simulates: the scenario and where
+// Redis is (title), and the traffic (load).
+func describe(o *options) (title, load string) {
+	sc := o.cfg.Scenario
+	switch {
+	case !o.live:
+		layout := "a cluster"
+		if o.cfg.Standalone {
+			layout = "one server"
+		}
+		title = fmt.Sprintf("%s, in virtual time on an embedded Redis modelled as %s (round trip %v), seed %d",
+			sc.Workload, layout, o.cfg.RTT, sc.Seed)
+	case len(o.target.Cluster) > 0:
+		title = fmt.Sprintf("%s, live against a Redis Cluster (%d nodes given), seed %d", sc.Workload, len(o.target.Cluster), sc.Seed)
+	default:
+		title = fmt.Sprintf("%s, live against the Redis at %s, seed %d", sc.Workload, o.target.Addr, sc.Seed)
+	}
+	if o.live && o.target.Durable > 0 {
+		title += fmt.Sprintf(", sync calls waiting for %d replica(s)", o.target.Durable)
+	}
+	var keys string
+	switch sc.Workload {
+	case sim.Hotspot:
+		keys = fmt.Sprintf("%d keys drawn Zipf s=%g", sc.Keys, sc.ZipfS)
+	case sim.Uniform:
+		keys = fmt.Sprintf("%d keys drawn uniformly", sc.Keys)
+	case sim.Flash:
+		what := "demand"
+		if o.live {
+			what = "share of the draws"
+		}
+		keys = fmt.Sprintf("%d keys drawn uniformly, key 0's %s %gx from half time", sc.Keys, what, sc.Flash)
+	case sim.SkewedLB:
+		keys = fmt.Sprintf("%d keys drawn Zipf s=%g, %g%% of a key's requests on its home instance", sc.Keys, sc.ZipfS, 100*sc.Skew)
+	}
+	rate := fmt.Sprintf("%g requests/s", sc.Rate)
+	if o.live {
+		workers := "2 x GOMAXPROCS workers"
+		if o.target.Workers > 0 {
+			workers = fmt.Sprintf("%d workers", o.target.Workers)
+		}
+		rate = workers + " per instance asking as fast as they can"
+	}
+	load = fmt.Sprintf("%d instances, %s, %s for %v, every key %s burst %d",
+		sc.Instances, keys, rate, sc.Duration, sc.Limit.WithBurst(sc.Limit.Rate), sc.Limit.Burst)
+	return title, load
+}
+
+// legend explains the table's columns in a few words each.
+func legend(o *options) string {
+	per := o.cfg.Scenario.Limit.Period
+	s := fmt.Sprintf(`
+Every row decides the same requests. The oracle is one exact token bucket per key that sees every
+request of every instance: what a perfect limiter admits.
+  strategy       exact: one Redis script per request; local: each instance alone, with an equal
+                 share of the limit; optimistic, reserve: the hybrid limiter's two modes;
+                 reserve-sharded: reserve with hot keys split over several hash slots
+  sync           the hybrid limiter's sync interval (- for the strategies that do not sync)
+  decisions      requests decided; admitted: requests the strategy admitted
+  oracle         requests the oracle admitted
+  overshoot      admissions above the oracle's, summed over keys, as a share of the oracle's
+                 total: the limit exceeded
+  undershoot     requests refused that the oracle admitted, the same way: needless denials
+  worst window   on the worst key, the most admissions in any %v window beyond burst + rate
+                 (the most a token bucket ever admits in one), as a share of burst + rate
+  redis cmds     Redis commands sent while deciding; cmds/decision: per request decided
+  hottest slot   the busiest hash slot's share of those commands: the share one Redis Cluster
+                 node carries, however many nodes there are
+`, per)
+	if o.live {
+		s += `  decisions/s    decisions a second, all instances together; p50, p99: decision latency
+`
+	}
+	return s
+}
+
+// runCount is the number of runs cfg makes: one per strategy that does
+// not sync, one per sync interval for each that does.
+func runCount(cfg sim.Config) int {
+	n := 0
+	for _, st := range cfg.Strategies {
+		if st.Synced() {
+			n += len(cfg.Intervals)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// upper returns s with its first letter in upper case.
+func upper(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

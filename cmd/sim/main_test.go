@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/sim"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -73,17 +74,58 @@ func TestRunHelp(t *testing.T) {
 }
 
 func TestRunTable(t *testing.T) {
-	code, stdout, stderr := runSim(t, append(tiny, "-strategies", "local,reserve", "-sync", "100ms", "-v")...)
+	code, stdout, stderr := runSim(t, append(tiny, "-strategies", "local,reserve", "-sync", "100ms")...)
 	if code != 0 {
 		t.Fatalf("sim = %d: %s", code, stderr)
 	}
-	for _, want := range []string{"strategy", "local", "reserve  100ms", "overshoot"} {
+	for _, want := range []string{
+		"Scenario hotspot, in virtual time on an embedded Redis modelled as a cluster (round trip 1ms), seed 1:\n",
+		"2 instances, 20 keys drawn Zipf s=1.1, 600 requests/s for 500ms, every key 100/s burst 100.\n",
+		"strategy", "local", "reserve  100ms", "overshoot",
+		"The oracle is one exact token bucket per key", "  worst window   on the worst key", "1s window",
+	} {
 		if !strings.Contains(stdout, want) {
-			t.Errorf("table lacks %q:\n%s", want, stdout)
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	if !strings.Contains(stderr, "2/2") || !strings.Contains(stderr, "runs in") {
-		t.Errorf("no progress on stderr with -v: %q", stderr)
+	if strings.Contains(stdout, "decisions/s") {
+		t.Errorf("a virtual run's legend explains the live columns:\n%s", stdout)
+	}
+	// Progress is on stderr by default, terminal or not.
+	for _, want := range []string{"sim: 2 runs of hotspot", "sim: 2/2 at ", "runs in"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, stderr)
+		}
+	}
+}
+
+// TestRunTableRowsUnchanged checks that the table between the scenario and
+// the legend is the report's own table, byte for byte, so that a table
+// printed by the command compares with one printed by Report.WriteTable.
+func TestRunTableRowsUnchanged(t *testing.T) {
+	args := append(tiny, "-strategies", "exact,optimistic", "-sync", "50ms,1s")
+	_, table, _ := runSim(t, args...)
+	code, js, stderr := runSim(t, append(args, "-json")...)
+	if code != 0 {
+		t.Fatalf("sim -json = %d: %s", code, stderr)
+	}
+	var rep sim.Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := rep.WriteTable(&want); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table, "\n\n"+want.String()+"\n") {
+		t.Errorf("the command's table:\n%s\nlacks Report.WriteTable's:\n%s", table, want.String())
+	}
+}
+
+func TestRunQuiet(t *testing.T) {
+	code, stdout, stderr := runSim(t, append(tiny, "-strategies", "local", "-q")...)
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "local") {
+		t.Errorf("sim -q = %d, stdout %q, stderr %q; want 0, a table and nothing on stderr", code, stdout, stderr)
 	}
 }
 
@@ -130,8 +172,11 @@ func TestRunLive(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sim -live = %d: %s", code, stderr)
 	}
-	if !strings.Contains(stdout, "decisions/s") || !strings.Contains(stdout, "reserve  100ms") {
-		t.Errorf("live table:\n%s", stdout)
+	for _, want := range []string{"decisions/s", "reserve  100ms", "live against the Redis at " + s.Addr, "2 workers per instance",
+		"  decisions/s    "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("live table lacks %q:\n%s", want, stdout)
+		}
 	}
 	if strings.Contains(stderr, "warning") {
 		t.Errorf("a run with Redis answering warned: %s", stderr)
