@@ -5,7 +5,7 @@ GO ?= go
 # be run alone (make vet); a new stage is its target plus its name here.
 STAGES = redis cc vet fmt-check race
 
-.PHONY: test $(STAGES) bench
+.PHONY: test $(STAGES) bench results
 
 # Each stage runs in a make of its own, so that make test can say which
 # stage runs, how long each took and which one failed. MAKELEVEL=0 keeps
@@ -69,3 +69,9 @@ race:
 # redis_rate) on one loopback Redis; writes bench/RESULTS.md.
 bench: redis
 	cd bench && GO=$(GO) ./run.sh
+
+# make results: the simulator, live runs, cluster tests and benchmarks
+# behind docs/results.md and README.md's headline table, which it
+# rewrites (several minutes; both cores).
+results: redis
+	GO=$(GO) $(GO) run ./internal/results

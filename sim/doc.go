@@ -29,6 +29,6 @@
 // reaches the hybrid limiter's idle hold; give a longer Duration (30s or
 // more) for figures to quote.
 //
-// The command line is cmd/sim; its README section says how to read the
-// output and choose a sync interval.
+// The command line is cmd/sim; docs/results.md says how to read its output
+// and how to choose a sync interval with it.
 package sim

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hybridlimit/hybridlimit/sim"
+)
+
+const benchOut = `goos: linux
+BenchmarkLimiterAllow/striped=true-2         	84521412	        14.20 ns/op	         0 denied/op	       0 B/op	       0 allocs/op
+BenchmarkLimiterAllow/striped=true-2         	84521412	        13.00 ns/op	         0 denied/op	       0 B/op	       0 allocs/op
+BenchmarkLimiterAllow/striped=true-2         	84521412	        15.00 ns/op	         0 denied/op	       0 B/op	       0 allocs/op
+BenchmarkSyncMapBaseline-2   	43141226	        27.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkTableAllow/keys=1e6-2 	 1000000	       400.0 ns/op	        97.60 B/key
+PASS
+`
+
+func TestParseBench(t *testing.T) {
+	got := parseBench(benchOut)
+	want := []Bench{
+		{"BenchmarkLimiterAllow/striped=true", map[string][]float64{"ns/op": {14.2, 13, 15}, "denied/op": {0, 0, 0}, "B/op": {0, 0, 0}, "allocs/op": {0, 0, 0}}},
+		{"BenchmarkSyncMapBaseline", map[string][]float64{"ns/op": {27}, "B/op": {0}, "allocs/op": {0}}},
+		{"BenchmarkTableAllow/keys=1e6", map[string][]float64{"ns/op": {400}, "B/key": {97.6}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parseBench = %+v, want %+v", got, want)
+	}
+	m, err := got[0].Median("ns/op")
+	if err != nil || m != 14.2 || got[0].Range("ns/op") != "13-15" {
+		t.Errorf("median %v, %v, range %q; want 14.2 and 13-15", m, err, got[0].Range("ns/op"))
+	}
+	if _, err := got[1].Median("cpu-ns/op"); err == nil {
+		t.Error("median of a unit not reported: no error")
+	}
+}
+
+func TestTestLog(t *testing.T) {
+	out := `=== RUN   TestFailover
+=== RUN   TestFailover/manual
+    failover_test.go:91: manual failover (1s to agree): 3 admitted
+        over two lines
+=== RUN   TestFailover/kill
+    failover_test.go:120: SIGKILL: recovered
+--- PASS: TestFailover (9.10s)
+    --- PASS: TestFailover/manual (3.00s)
+    --- PASS: TestFailover/kill (6.00s)
+PASS
+ok  	github.com/hybridlimit/hybridlimit/global	9.2s
+`
+	want := `=== RUN   TestFailover
+=== RUN   TestFailover/manual
+manual failover (1s to agree): 3 admitted
+    over two lines
+=== RUN   TestFailover/kill
+SIGKILL: recovered
+--- PASS: TestFailover (9.10s)
+    --- PASS: TestFailover/manual (3.00s)
+    --- PASS: TestFailover/kill (6.00s)`
+	if got := testLog(out); got != want {
+		t.Errorf("testLog =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestReplaceBlock(t *testing.T) {
+	doc := "a\n<!-- results:headline -->\nold\n<!-- /results:headline -->\nb\n"
+	got, err := replaceBlock(doc, "headline", "new\n")
+	if want := "a\n<!-- results:headline -->\nnew\n<!-- /results:headline -->\nb\n"; err != nil || got != want {
+		t.Errorf("replaceBlock = %q, %v; want %q", got, err, want)
+	}
+	if _, err := replaceBlock("no markers", "headline", "x"); err == nil {
+		t.Error("replaceBlock without markers: no error")
+	}
+}
+
+func TestReadCSV(t *testing.T) {
+	csv := "strategy,sync_interval_ms,instances,decisions,admitted,oracle_admitted,overshoot_ratio,undershoot_ratio,worst_window_overshoot_ratio,redis_cmds,redis_cmds_per_decision,hottest_slot_share,decisions_per_sec,decision_p50_ns,decision_p99_ns\n" +
+		"exact,,8,100,70,70,0,0,0,101,1.01,0.1675,,,\n" +
+		"reserve,200,8,100,69,70,0,0.0035,0,32,0.32,0.0342,,,\n"
+	rep, err := readCSV([]byte(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := SimRun{Report: rep}.Row("reserve", "200ms")
+	if err != nil || r.Admitted != 69 || r.UndershootRatio != 0.0035 || r.RedisCmdsPerDecision != 0.32 {
+		t.Errorf("reserve 200ms = %+v, %v", r, err)
+	}
+	if r, err := (SimRun{Report: rep}).Row("exact", ""); err != nil || r.RedisCmds != 101 {
+		t.Errorf("exact = %+v, %v", r, err)
+	}
+}
+
+// TestPageRenders renders the page from made-up figures, so that a change
+// to the template or the data is checked without the measurements.
+func TestPageRenders(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	i := func(x int64) *int64 { return &x }
+	res := func(s sim.Strategy, ms float64) sim.Result {
+		r := sim.Result{Strategy: s, OvershootRatio: 0.001, RedisCmdsPerDecision: 0.3}
+		if s.Synced() {
+			r.SyncIntervalMS = f(ms)
+		}
+		return r
+	}
+	virtual := SimRun{Cmd: "go run ./cmd/sim", Report: &sim.Report{Results: []sim.Result{
+		res(sim.Exact, 0), res(sim.Optimistic, 200), res(sim.Optimistic, 1000), res(sim.Reserve, 50),
+		res(sim.Reserve, 100), res(sim.Reserve, 200), res(sim.Reserve, 1000),
+	}}, Output: "the table"}
+	live := SimRun{Cmd: "go run ./cmd/sim -live", Report: &sim.Report{Mode: "live"}}
+	for _, r := range []sim.Result{res(sim.Exact, 0), res(sim.Reserve, 200)} {
+		r.DecisionsPerSec, r.DecisionP50NS, r.DecisionP99NS = f(2.5e6), i(400), i(1200)
+		live.Report.Results = append(live.Report.Results, r)
+	}
+	benches := BenchRun{Cmd: "go test -bench 'A|B'", Results: parseBench(benchOut + `
+BenchmarkBucketAllow/admit=all-2 	1000	30 ns/op
+BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
+`)}
+	d := &data{
+		Machine: Machine{CPUModel: "a CPU", NumCPU: 2},
+		Default: virtual, Long: virtual, Standalone: virtual, Flash: virtual, Uniform: virtual,
+		HighRate: virtual, HighRateSA: virtual, Diag: virtual, LiveOne: live, LiveEight: live,
+		Tests:   []TestRun{{Title: "a test", Cmd: "go test", Log: "--- PASS: TestX (1s)"}},
+		HotPath: benches, DenyEmpty: benches, LocalBucket: benches, LocalTable: benches, Steady: benches,
+		SyncRound: benches, RedisMem: benches,
+	}
+	var page, head bytes.Buffer
+	if err := pageTmpl.Execute(&page, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := pageTmpl.ExecuteTemplate(&head, "headline", d); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| CPU | a CPU, 2 logical CPUs |",
+		"| hybrid decision with local allowance, one hot key, 2 goroutines | 14.2 ns, 0 allocs",
+		"`go test -bench 'A\\|B'` |", // a pipe in a table cell is escaped
+		"Reserve 2.50M, exact 2.50M (1x)",
+		"(50ms and 100ms here)",
+		"| LimiterAllow/striped=true | 3 | 14.2 (13-15) |",
+	} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("page lacks %q:\n%s", want, page.String())
+		}
+	}
+	if !strings.Contains(page.String(), head.String()) {
+		t.Errorf("the page does not hold the headline:\n%s", head.String())
+	}
+}

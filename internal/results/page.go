@@ -1,0 +1,217 @@
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/sim"
+)
+
+//go:embed page.md.tmpl
+var pageText string
+
+// lowLimitTokens is the hybrid limiter's default low-limit threshold
+// (sync.WithLowLimitThreshold): below it a key is decided per request.
+const lowLimitTokens = 2
+
+var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
+	"row":          func(s SimRun, strategy, interval string) (sim.Result, error) { return s.Row(strategy, interval) },
+	"pct":          pct,
+	"cmds":         func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) },
+	"maxOver":      maxOver,
+	"lowTokens":    func() int { return lowLimitTokens },
+	"lowIntervals": lowIntervals,
+	"simTable":     simTable,
+	"liveTable":    liveTable,
+	"benches": func(d *data) []BenchRun {
+		return []BenchRun{d.HotPath, d.DenyEmpty, d.LocalBucket, d.LocalTable, d.Steady, d.SyncRound, d.RedisMem}
+	},
+	"benchTable": benchTable,
+	"bench":      func(b BenchRun, name string) (Bench, error) { return b.Get(name) },
+	"median": func(b Bench, unit string) (string, error) {
+		m, err := b.Median(unit)
+		return num(m), err
+	},
+	"perSec":  perSec,
+	"speedup": speedup,
+	"p99":     func(r sim.Result) (string, error) { return latency(r.DecisionP99NS, r) },
+	"cell":    cell,
+}).Parse(pageText))
+
+// pct prints a ratio in percent to two decimals; a positive ratio too
+// small to show prints as <0.01%, as cmd/sim's table does.
+func pct(x float64) string {
+	s := strconv.FormatFloat(100*x, 'f', 2, 64)
+	if x > 0 && s == "0.00" {
+		return "<0.01%"
+	}
+	return s + "%"
+}
+
+// maxOver returns the largest overshoot among s's rows of strategy.
+func maxOver(s SimRun, strategy string) (float64, error) {
+	m, n := 0.0, 0
+	for _, r := range s.Report.Results {
+		if string(r.Strategy) == strategy {
+			m, n = max(m, r.OvershootRatio), n+1
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%s: no %s rows", s.Cmd, strategy)
+	}
+	return m, nil
+}
+
+// lowIntervals lists the sync intervals of s (the default hotspot
+// scenario) at which a key's limit adds fewer than lowLimitTokens tokens
+// per instance per interval.
+func lowIntervals(s SimRun) string {
+	sc := sim.DefaultScenario(sim.Hotspot)
+	var ivs []string
+	for _, r := range s.Report.Results {
+		if r.Strategy != sim.Reserve || r.SyncIntervalMS == nil {
+			continue
+		}
+		iv := time.Duration(*r.SyncIntervalMS * float64(time.Millisecond))
+		if sc.Limit.TokensIn(iv)/float64(sc.Instances) < lowLimitTokens {
+			ivs = append(ivs, iv.String())
+		}
+	}
+	if len(ivs) == 0 {
+		return "none of the intervals"
+	}
+	return strings.Join(ivs, " and ")
+}
+
+// interval returns a result's sync interval as the table prints it.
+func interval(r sim.Result) string {
+	if r.SyncIntervalMS == nil {
+		return "-"
+	}
+	return time.Duration(*r.SyncIntervalMS * float64(time.Millisecond)).String()
+}
+
+// simTable renders a virtual run's results as a markdown table.
+func simTable(s SimRun) string {
+	var b strings.Builder
+	b.WriteString("| strategy | sync | overshoot | undershoot | worst window | cmds/decision | hottest slot |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range s.Report.Results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.3f | %s |\n", r.Strategy, interval(r),
+			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision, pct(r.HottestSlotShare))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// liveTable renders a live run's results as a markdown table.
+func liveTable(s SimRun) (string, error) {
+	var b strings.Builder
+	b.WriteString("| strategy | sync | decisions/s | p50 | p99 | overshoot | undershoot | worst window | cmds/decision |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range s.Report.Results {
+		rate, err := perSec(r)
+		if err != nil {
+			return "", err
+		}
+		p50, err := latency(r.DecisionP50NS, r)
+		if err != nil {
+			return "", err
+		}
+		p99, err := latency(r.DecisionP99NS, r)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n", r.Strategy, interval(r), rate, p50, p99,
+			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision)
+	}
+	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+// perSec prints a live result's decisions a second: 2.39M, 33.1k.
+func perSec(r sim.Result) (string, error) {
+	if r.DecisionsPerSec == nil {
+		return "", fmt.Errorf("%s: no decisions/s (not a live run)", r.Label())
+	}
+	x := *r.DecisionsPerSec
+	switch {
+	case x >= 1e6:
+		return strconv.FormatFloat(x/1e6, 'f', 2, 64) + "M", nil
+	case x >= 1e3:
+		return strconv.FormatFloat(x/1e3, 'f', 1, 64) + "k", nil
+	}
+	return strconv.FormatFloat(x, 'f', 0, 64), nil
+}
+
+// speedup prints how many times a's decisions a second are b's.
+func speedup(a, b sim.Result) (string, error) {
+	if a.DecisionsPerSec == nil || b.DecisionsPerSec == nil || *b.DecisionsPerSec == 0 {
+		return "", fmt.Errorf("%s, %s: no decisions/s to compare", a.Label(), b.Label())
+	}
+	return strconv.FormatFloat(*a.DecisionsPerSec / *b.DecisionsPerSec, 'f', 0, 64) + "x", nil
+}
+
+// latency prints a live result's latency to three significant digits:
+// 187ns, 69.9µs, 60.2ms.
+func latency(ns *int64, r sim.Result) (string, error) {
+	if ns == nil {
+		return "", fmt.Errorf("%s: no latency (not a live run)", r.Label())
+	}
+	x := float64(*ns)
+	for _, u := range []struct {
+		name string
+		ns   float64
+	}{{"s", 1e9}, {"ms", 1e6}, {"µs", 1e3}} {
+		if x >= u.ns {
+			return strconv.FormatFloat(x/u.ns, 'g', 3, 64) + u.name, nil
+		}
+	}
+	return strconv.FormatFloat(x, 'f', 0, 64) + "ns", nil
+}
+
+// benchTable renders a benchmark run as a markdown table: a row per
+// benchmark, a column per unit, each cell the median and the range.
+func benchTable(b BenchRun) string {
+	var units []string
+	for _, r := range b.Results {
+		for _, u := range r.Units() {
+			if !slices.Contains(units, u) {
+				units = append(units, u)
+			}
+		}
+	}
+	var s strings.Builder
+	s.WriteString("| benchmark | runs |")
+	for _, u := range units {
+		s.WriteString(" " + u + " |")
+	}
+	s.WriteString("\n|---|---|" + strings.Repeat("---|", len(units)) + "\n")
+	for _, r := range b.Results {
+		runs := 0
+		for _, v := range r.Values {
+			runs = max(runs, len(v))
+		}
+		fmt.Fprintf(&s, "| %s | %d |", strings.TrimPrefix(r.Name, "Benchmark"), runs)
+		for _, u := range units {
+			m, err := r.Median(u)
+			switch {
+			case err != nil:
+				s.WriteString(" |")
+			case slices.Min(r.Values[u]) == slices.Max(r.Values[u]):
+				s.WriteString(" " + num(m) + " |")
+			default:
+				s.WriteString(" " + num(m) + " (" + r.Range(u) + ") |")
+			}
+		}
+		s.WriteString("\n")
+	}
+	return strings.TrimRight(s.String(), "\n")
+}
+
+// cell escapes the pipes of s for a markdown table cell, code spans
+// included.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
