@@ -64,7 +64,7 @@ func TestWorstWindowOvershoot(t *testing.T) {
 	}
 }
 
-// TestWorstWindowReadme holds the README's examples of what the worst
+// TestWorstWindowReadme holds docs/results.md's examples of what the worst
 // window column sees at 100/s burst 100 (a bound of 200 per second), and
 // what it is blind to: excess that stays within the bound per period.
 func TestWorstWindowReadme(t *testing.T) {
