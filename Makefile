@@ -2,7 +2,7 @@
 GO ?= go
 export HYBRIDLIMIT_REQUIRE_REDIS = 1
 
-.PHONY: test redis cc vet fmt-check race bench
+.PHONY: test redis cc vet fmt-check race bench rls-bench
 
 test: redis cc vet fmt-check race
 
@@ -47,3 +47,8 @@ race:
 # redis_rate) on one loopback Redis; writes bench/RESULTS.md.
 bench: redis
 	cd bench && GO=$(GO) ./run.sh
+
+# make rls-bench: the rate limit service next to Envoy's reference service
+# (built from rls/reference) on one Redis; writes its section of docs/rls.md.
+rls-bench: redis
+	$(GO) test -count=1 -timeout 15m -run TestSideBySide ./cmd/rls/ -rls.sidebyside=$(CURDIR)/docs/rls.md
