@@ -486,3 +486,28 @@ func execRLS(t *testing.T, env map[string]string, args ...string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// TestReplicasShareOneLimit: three replicas on one Redis admit, together,
+// a 20 a minute rule's 20 requests and no more, in both modes.
+func TestReplicasShareOneLimit(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode)
+			var ps []*proc
+			for range 3 {
+				ps = append(ps, start(t, rlsBinary(t), e))
+			}
+			awayFromEdge(t, mode, 60, 10)
+			admitted := 0
+			for i := range 45 {
+				r := ps[i%3].mustCall(request("basic", 0, entries("key1", "shared")))
+				if r.OverallCode == rlspb.RateLimitResponse_OK {
+					admitted++
+				}
+			}
+			if admitted != 20 {
+				t.Fatalf("three replicas admitted %d of a 20 a minute rule's requests, want 20", admitted)
+			}
+		})
+	}
+}
