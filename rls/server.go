@@ -449,14 +449,9 @@ func newRedis(r RedisSettings, tlsConf *tls.Config, maxWait time.Duration) (redi
 	}), nil
 }
 
+// splitList splits a comma-separated list, dropping spaces and empty items.
 func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 }
 
 // redisTLS builds the TLS config of the Redis clients from REDIS_TLS_*.

@@ -2,12 +2,9 @@ package main_test
 
 import (
 	"flag"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,33 +19,12 @@ import (
 
 var diffCalls = flag.Int("rls.diff", 300, "requests the differential test sends to each service")
 
-var reference struct {
-	once sync.Once
-	path string
-	err  error
-}
+var reference build
 
 // referenceBinary builds Envoy's reference rate limit service from the
 // module in rls/reference, once for the test binary.
 func referenceBinary(t *testing.T) string {
-	t.Helper()
-	reference.once.Do(func() {
-		reference.path = filepath.Join(binDir, "reference")
-		dir, err := filepath.Abs(filepath.Join("..", "..", "rls", "reference"))
-		if err != nil {
-			reference.err = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", reference.path, "github.com/envoyproxy/ratelimit/src/service_cmd")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			reference.err = fmt.Errorf("building the reference: %v\n%s", err, out)
-		}
-	})
-	if reference.err != nil {
-		t.Fatal(reference.err)
-	}
-	return reference.path
+	return reference.get(t, "reference", filepath.Join("..", "..", "rls", "reference"), "github.com/envoyproxy/ratelimit/src/service_cmd")
 }
 
 // TestDifferential runs the reference and this service in fixed-window

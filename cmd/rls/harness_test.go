@@ -42,27 +42,39 @@ func TestMain(m *testing.M) {
 	redistest.Main(m)
 }
 
-var built struct {
+// build is a binary built once for the test binary.
+type build struct {
 	once sync.Once
 	path string
 	err  error
 }
 
-// rlsBinary builds cmd/rls once for the test binary.
-func rlsBinary(t *testing.T) string {
+// get builds pkg, from the module in dir, into binDir/name on first use.
+func (b *build) get(t *testing.T, name, dir, pkg string) string {
 	t.Helper()
-	built.once.Do(func() {
-		built.path = filepath.Join(binDir, "rls")
-		out, err := exec.Command("go", "build", "-o", built.path, ".").CombinedOutput()
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		abs, err := filepath.Abs(dir)
 		if err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
+		cmd.Dir = abs
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if built.err != nil {
-		t.Fatal(built.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return built.path
+	return b.path
 }
+
+var ours build
+
+// rlsBinary builds cmd/rls once for the test binary.
+func rlsBinary(t *testing.T) string { return ours.get(t, "rls", ".", ".") }
 
 // proc is a rate limit service running as a subprocess: ours or the
 // reference.
