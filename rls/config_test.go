@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -164,3 +166,17 @@ func TestStatKeysBounded(t *testing.T) {
 		t.Fatalf("overflow counted %d hits, want 7", overflow)
 	}
 }
+
+func request2(domain string, descriptors ...[][2]string) *rlspb.RateLimitRequest {
+	r := &rlspb.RateLimitRequest{Domain: domain}
+	for _, d := range descriptors {
+		var kv []string
+		for _, e := range d {
+			kv = append(kv, e[0], e[1])
+		}
+		r.Descriptors = append(r.Descriptors, desc(kv...))
+	}
+	return r
+}
+
+func wrapUint64(v uint64) *wrapperspb.UInt64Value { return wrapperspb.UInt64(v) }

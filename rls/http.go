@@ -23,7 +23,7 @@ const maxJSONBody = 1 << 20
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
-		if ok, why := s.healthy(nil); !ok {
+		if ok, why := s.healthy(); !ok {
 			http.Error(w, why, http.StatusInternalServerError)
 			return
 		}
@@ -84,7 +84,7 @@ func JSONHandler(svc *Service, log *slog.Logger) http.Handler {
 
 // debugHandler serves the debug port: the loaded rules, the counters, the
 // Prometheus metrics and pprof.
-func (s *Server) debugHandler(rl *reloader) http.Handler {
+func (s *Server) debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	endpoints := map[string]string{
 		"/rlconfig":     "the rules in use, one a line",

@@ -37,6 +37,7 @@ type refunder interface {
 type hybridBackend struct {
 	main, perSecond Decider
 	policy          Policy
+	maxWait         time.Duration
 	nearRatio       float32
 	log             *slog.Logger
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
@@ -153,15 +154,25 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 		h.deny(it, max(p.RetryAfter, time.Second), rpu, near)
 		return nil
 	}
+	t0 := time.Now()
 	res, err := d.AllowN(ctx, h.key(it), lim, int64(it.hits))
-	if err != nil {
-		if ctx.Err() == nil {
-			return fmt.Errorf("rls: %w", err)
-		}
+	timedOut := false
+	switch {
+	case err != nil && ctx.Err() == nil:
+		return fmt.Errorf("rls: %w", err)
+	case err != nil:
 		// The wait for the store outlasted the service's own bound.
+		timedOut = true
+	case !res.Allowed && res.Source == hybridlimit.SourceLocal && time.Since(t0) >= h.maxWait:
+		// Denied after waiting the whole max wait for a reply that did
+		// not come: the store did not answer, it did not say the bucket
+		// is empty. The failure policy decides, as when Redis is down.
+		timedOut = true
+	}
+	if timedOut {
 		res = h.policyResult(lim)
 	}
-	if err != nil || res.Source == hybridlimit.SourceFallback {
+	if timedOut || res.Source == hybridlimit.SourceFallback {
 		h.fallbacks.Add(1)
 		if h.policy == PolicyError {
 			return fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
@@ -189,8 +200,10 @@ func (h *hybridBackend) deny(it *item, retry time.Duration, rpu, near uint64) {
 	it.stats.count(true, it.shadow(), rpu, rpu+it.hits, it.hits, rpu, near)
 }
 
-// policyResult is what the failure policy answers for a decision whose
-// wait for the store ran out the service's bound.
+// policyResult is what the failure policy answers for a decision that
+// waited for the store in vain: fail-open admits; the others deny, since
+// the share fallback-local enforces is the limiter's to keep, and it keeps
+// it only once its breaker is open.
 func (h *hybridBackend) policyResult(lim hybridlimit.Limit) hybridlimit.Result {
 	if h.policy == PolicyFailOpen {
 		return hybridlimit.Result{Limit: lim, Allowed: true, Source: hybridlimit.SourceFallback}

@@ -114,7 +114,7 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 
 // hybrid builds the hybrid backend: one limiter per Redis.
 func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic.Uint64) (*hybridBackend, error) {
-	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, log: s.log, fallbacks: fallbacks}
+	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, log: s.log, fallbacks: fallbacks}
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
 		policy := map[Policy]hlsync.FailurePolicy{
 			PolicyFallbackLocal: hlsync.FallbackLocal, PolicyFailOpen: hlsync.FailOpen,
@@ -174,6 +174,13 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // It returns the first error that stopped it, nil after ctx ended.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeClients()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.svc.backend.close(cctx); err != nil {
+			s.log.Warn("rls: closing the limiter", "err", err)
+		}
+	}()
 	if h, ok := s.svc.backend.(*hybridBackend); ok {
 		for _, d := range []Decider{h.main, h.perSecond} {
 			if st, ok := d.(starter); ok {
@@ -183,16 +190,9 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.svc.backend.close(cctx); err != nil {
-			s.log.Warn("rls: closing the limiter", "err", err)
-		}
-	}()
 	rl := &reloader{rt: s.set.Runtime, svc: s.svc, log: s.log}
 	rl.reload()
-	s.updateHealth(rl)
+	s.updateHealth()
 
 	grpcSrv, err := s.grpcServer()
 	if err != nil {
@@ -214,7 +214,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("rls: debug: %w", err)
 	}
 	httpSrv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-	debugSrv := &http.Server{Handler: s.debugHandler(rl), ReadHeaderTimeout: 10 * time.Second}
+	debugSrv := &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
 	servers := []*http.Server{httpSrv, debugSrv}
 	listeners := []net.Listener{httpLis, debugLis}
 	if s.set.Prometheus {
@@ -252,7 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return rl.watch(gctx, s.set.ConfigPoll) })
-	g.Go(func() error { s.healthLoop(gctx, rl); return nil })
+	g.Go(func() error { s.healthLoop(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		s.draining.Store(true)
@@ -327,12 +327,12 @@ func (s *Server) grpcServer() (*grpc.Server, error) {
 
 // healthLoop pings Redis every second and keeps the health status up to
 // date, until ctx ends.
-func (s *Server) healthLoop(ctx context.Context, rl *reloader) {
+func (s *Server) healthLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		s.pingRedis(ctx)
-		s.updateHealth(rl)
+		s.updateHealth()
 		select {
 		case <-ctx.Done():
 			return
@@ -362,7 +362,7 @@ func (s *Server) pingRedis(ctx context.Context) {
 }
 
 // healthy reports whether the service should take traffic, and why not.
-func (s *Server) healthy(rl *reloader) (bool, string) {
+func (s *Server) healthy() (bool, string) {
 	switch {
 	case s.draining.Load():
 		return false, "shutting down"
@@ -378,8 +378,8 @@ func (s *Server) healthy(rl *reloader) (bool, string) {
 	return true, ""
 }
 
-func (s *Server) updateHealth(rl *reloader) {
-	ok, _ := s.healthy(rl)
+func (s *Server) updateHealth() {
+	ok, _ := s.healthy()
 	s.setServing(ok && !s.draining.Load())
 }
 

@@ -26,6 +26,12 @@ var (
 	ErrUnavailable = errors.New("rls: the rate limit store could not be asked")
 )
 
+// backstop is how long past the max wait the service's own deadline on a
+// request's store calls falls: the limiter's max wait answers first, this
+// catches a call stuck past it. The bound on a request's wait for Redis is
+// the max wait plus the backstop.
+const backstop = 2 * time.Millisecond
+
 // maxHits bounds a descriptor's hits_addend: counts stay exact in the
 // doubles of Redis Lua.
 const maxHits = 1 << 53
@@ -155,7 +161,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		}
 	}
 	if len(limited) > 0 {
-		dctx, cancel := context.WithTimeout(ctx, s.opt.maxWait+s.opt.maxWait/2+time.Millisecond)
+		dctx, cancel := context.WithTimeout(ctx, s.opt.maxWait+backstop)
 		err := s.backend.decide(dctx, limited, s.opt.globalShadow)
 		cancel()
 		if err != nil {

@@ -1,0 +1,119 @@
+package rls
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// fakeDecider keeps exact token counts per key (no refill) and, like a
+// replica that has not seen another's spending, peeks every key as full.
+type fakeDecider struct {
+	left     map[string]int64
+	refunds  map[string]int64
+	spentAll int64
+}
+
+func (f *fakeDecider) AllowN(_ context.Context, key string, l hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	left, ok := f.left[key]
+	if !ok {
+		left = l.Burst
+	}
+	if cost > left {
+		return hybridlimit.Result{Limit: l, Source: hybridlimit.SourceGlobal, RetryAfter: time.Second}, nil
+	}
+	f.left[key] = left - cost
+	f.spentAll += cost
+	return hybridlimit.Result{Limit: l, Allowed: true, Source: hybridlimit.SourceLocal, Remaining: left - cost}, nil
+}
+
+func (f *fakeDecider) Peek(_ context.Context, _ string, l hybridlimit.Limit) (hybridlimit.Result, error) {
+	return hybridlimit.Result{Limit: l, Allowed: true, Remaining: l.Burst}, nil
+}
+
+// refundingDecider is a fakeDecider with the Refund method the limiters
+// are getting.
+type refundingDecider struct{ *fakeDecider }
+
+func (f refundingDecider) Refund(_ context.Context, key string, _ hybridlimit.Limit, cost int64) error {
+	f.left[key] += cost
+	f.refunds[key] += cost
+	return nil
+}
+
+// TestRefundAcrossDescriptors: when a descriptor decided first admits and
+// a later one denies the request (the replica's view said both had room),
+// the first one's tokens are given back (b, with more room by its peek,
+// is decided after a) if the limiter can refund, and
+// stay spent if it cannot.
+func TestRefundAcrossDescriptors(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+	cfg, err := LoadConfig([]File{{"d.yaml", []byte(rules)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, refunds := range []bool{true, false} {
+		fake := &fakeDecider{left: map[string]int64{"d|b=x": 0}, refunds: map[string]int64{}}
+		var d Decider = fake
+		if refunds {
+			d = refundingDecider{fake}
+		}
+		h := &hybridBackend{main: d, maxWait: 10 * time.Millisecond, nearRatio: 0.8, log: slog.New(slog.DiscardHandler), fallbacks: new(atomic.Uint64)}
+		svc := &Service{backend: h, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now, opt: serviceOptions{maxWait: 10 * time.Millisecond}}
+		svc.SetConfig(cfg)
+		r, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("refunds=%v: %v, want b over", refunds, r)
+		}
+		wantLeft, wantRemaining := int64(9), uint32(9)
+		if refunds {
+			wantLeft, wantRemaining = 10, 10
+		}
+		if got := fake.left["d|a=x"]; got != wantLeft || r.Statuses[0].LimitRemaining != wantRemaining {
+			t.Fatalf("refunds=%v: a holds %d, reports %d remaining; want %d, %d", refunds, got, r.Statuses[0].LimitRemaining, wantLeft, wantRemaining)
+		}
+		if st := svc.Stats(); refunds && st.Refunded != 1 || !refunds && st.Refunded != 0 {
+			t.Fatalf("refunds=%v: Refunded = %d", refunds, st.Refunded)
+		}
+		if err := h.canRefund(); (err == nil) != refunds {
+			t.Fatalf("refunds=%v: canRefund = %v", refunds, err)
+		}
+	}
+}
+
+// TestBadHits: a hits_addend past 2^53 is refused; one past the limit is
+// over it without asking the store.
+func TestBadHits(t *testing.T) {
+	cfg, err := LoadConfig([]File{{"d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}
+	svc := &Service{backend: &hybridBackend{main: fake, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now}
+	svc.SetConfig(cfg)
+	req := request2("d", [][2]string{{"a", "x"}})
+	req.HitsAddend = 11
+	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 0 {
+		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d", r, err, fake.spentAll)
+	}
+	req = request2("d", [][2]string{{"a", "x"}})
+	req.Descriptors[0].HitsAddend = wrapUint64(1 << 60)
+	if _, err := svc.ShouldRateLimit(context.Background(), req); err == nil {
+		t.Fatal("hits 2^60 accepted")
+	}
+}
