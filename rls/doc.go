@@ -46,10 +46,10 @@
 // default) plus a 2ms backstop: 12ms, inside the 20ms after which Envoy's
 // filter gives up. A decision that waited that long in vain is decided by
 // the failure policy (HYBRIDLIMIT_FAILURE_POLICY): fallback-local (hybrid
-// mode's default: once the limiter's breaker is open, each replica
-// enforces its share of the limit; until then it denies what it cannot
-// lease), fail-open, fail-closed, or error (fixed-window mode's default),
-// a gRPC UNAVAILABLE for Envoy's failure_mode_deny to decide.
+// mode's default: each replica enforces its share of the limit, the limit
+// divided by the replicas last seen alive), fail-open, fail-closed, or
+// error (fixed-window mode's default), a gRPC UNAVAILABLE for Envoy's
+// failure_mode_deny to decide.
 //
 // # Files
 //

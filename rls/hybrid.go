@@ -16,6 +16,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/local"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // Decider is the part of the hybrid limiter (package sync) the default
@@ -42,6 +44,11 @@ type hybridBackend struct {
 	log             *slog.Logger
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
+	// fallback holds the replica's shares of keys whose decisions the
+	// policy fallback-local makes here (see policyResult); live is the
+	// replica count it divides by.
+	fallback *local.Table
+	live     atomic.Int64
 }
 
 // store is one hybrid limiter the backend owns: closed and pinged with it.
@@ -170,7 +177,7 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 		timedOut = true
 	}
 	if timedOut {
-		res = h.policyResult(lim)
+		res = h.policyResult(h.key(it), lim, int64(it.hits))
 	}
 	if timedOut || res.Source == hybridlimit.SourceFallback {
 		h.fallbacks.Add(1)
@@ -201,14 +208,51 @@ func (h *hybridBackend) deny(it *item, retry time.Duration, rpu, near uint64) {
 }
 
 // policyResult is what the failure policy answers for a decision that
-// waited for the store in vain: fail-open admits; the others deny, since
-// the share fallback-local enforces is the limiter's to keep, and it keeps
-// it only once its breaker is open.
-func (h *hybridBackend) policyResult(lim hybridlimit.Limit) hybridlimit.Result {
-	if h.policy == PolicyFailOpen {
+// waited for the store in vain: fail-open admits, fail-closed and error
+// deny (error then answers UNAVAILABLE), and fallback-local enforces this
+// replica's share of the limit, as the limiter itself does once its
+// breaker is open.
+func (h *hybridBackend) policyResult(key string, lim hybridlimit.Limit, cost int64) hybridlimit.Result {
+	deny := hybridlimit.Result{Limit: lim, Source: hybridlimit.SourceFallback, RetryAfter: time.Second}
+	switch h.policy {
+	case PolicyFailOpen:
 		return hybridlimit.Result{Limit: lim, Allowed: true, Source: hybridlimit.SourceFallback}
+	case PolicyFallbackLocal:
+		if h.fallback == nil {
+			return deny
+		}
+		sh := share(lim, h.live.Load())
+		if cost > sh.Burst {
+			return deny
+		}
+		r, err := h.fallback.AllowN(key, time.Now(), sh, cost)
+		if err != nil {
+			return deny
+		}
+		r.Limit, r.Source = lim, hybridlimit.SourceFallback
+		return r
 	}
-	return hybridlimit.Result{Limit: lim, Source: hybridlimit.SourceFallback, RetryAfter: time.Second}
+	return deny
+}
+
+// share is this replica's part of lim among live replicas: the rate and
+// the burst divided, each at least 1, so that the replicas deciding alone
+// admit about the limit together.
+func share(lim hybridlimit.Limit, live int64) hybridlimit.Limit {
+	n := max(live, 1)
+	return hybridlimit.Limit{Rate: max(lim.Rate/n, 1), Period: lim.Period, Burst: max(lim.Burst/n, 1)}
+}
+
+// statser is a limiter that reports its counters: *hlsync.Limiter.
+type statser interface{ Stats() hlsync.Stats }
+
+// observe reads how many replicas the limiter last saw alive, for share.
+// The health loop calls it every second: Stats walks every tracked key, too
+// slow for the request path.
+func (h *hybridBackend) observe() {
+	if st, ok := h.main.(statser); ok {
+		h.live.Store(st.Stats().LiveInstances)
+	}
 }
 
 func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, error) {

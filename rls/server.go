@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/metrics"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -114,7 +115,12 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 
 // hybrid builds the hybrid backend: one limiter per Redis.
 func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic.Uint64) (*hybridBackend, error) {
-	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, log: s.log, fallbacks: fallbacks}
+	fb, err := local.NewTable(local.WithMaxKeys(1 << 16))
+	if err != nil {
+		return nil, fmt.Errorf("rls: %w", err)
+	}
+	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, log: s.log, fallbacks: fallbacks, fallback: fb}
+	h.live.Store(1)
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
 		policy := map[Policy]hlsync.FailurePolicy{
 			PolicyFallbackLocal: hlsync.FallbackLocal, PolicyFailOpen: hlsync.FailOpen,
@@ -333,6 +339,9 @@ func (s *Server) healthLoop(ctx context.Context) {
 	for {
 		s.pingRedis(ctx)
 		s.updateHealth()
+		if h, ok := s.svc.backend.(*hybridBackend); ok {
+			h.observe()
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -44,6 +44,7 @@ descriptors:
 type loadResult struct {
 	name             string
 	requests, errors int
+	coldDenied       int // cold requests refused: none is over its limit
 	seconds          float64
 	p50, p99         time.Duration
 	commands         int64 // Redis commands executed, a script's own calls included
@@ -126,6 +127,7 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 		lat      []time.Duration
 		hotTimes []time.Time
 		errs     int
+		coldNo   int
 		wg       sync.WaitGroup
 	)
 	startAt := time.Now()
@@ -143,7 +145,7 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 			client := rlspb.NewRateLimitServiceClient(conn)
 			var myLat []time.Duration
 			var myHot []time.Time
-			myErrs := 0
+			myErrs, myColdNo := 0, 0
 			for i := 0; time.Now().Before(end); i++ {
 				req := request("bench", 0, entries("hot", "h"))
 				hot := i%2 == 0
@@ -161,12 +163,15 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 					myErrs++
 				case hot && r.OverallCode == rlspb.RateLimitResponse_OK:
 					myHot = append(myHot, now)
+				case !hot && r.OverallCode != rlspb.RateLimitResponse_OK:
+					myColdNo++
 				}
 			}
 			mu.Lock()
 			lat = append(lat, myLat...)
 			hotTimes = append(hotTimes, myHot...)
 			errs += myErrs
+			coldNo += myColdNo
 			mu.Unlock()
 		}()
 	}
@@ -190,7 +195,7 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 		}
 		return lat[min(len(lat)-1, int(f*float64(len(lat))))]
 	}
-	return loadResult{requests: len(lat), errors: errs, seconds: elapsed, p50: q(0.5), p99: q(0.99), worstWindow: worst, worstSaturated: saturated}
+	return loadResult{requests: len(lat), errors: errs, coldDenied: coldNo, seconds: elapsed, p50: q(0.5), p99: q(0.99), worstWindow: worst, worstSaturated: saturated}
 }
 
 // commandCounts reads INFO commandstats: every command executed (a
@@ -237,14 +242,14 @@ func report(rs []loadResult, srv *redistest.Server) string {
 	fmt.Fprintf(&b, "Measured %s by `make rls-bench` on %d CPUs (%s), %s, %s; each service alone for %v on one loopback Redis, "+
 		"8 gRPC clients, each request one descriptor: every other one the hot rule (1000/s, saturated), the others 1,000 cold values (100/s each).\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpu, strings.TrimSpace(strings.SplitN(string(ver), " sha=", 2)[0]), runtime.Version(), *sbDuration)
-	b.WriteString("| service | requests/s | p50 | p99 | Redis commands sent / request | Redis commands executed / request | hot rule: most admitted in 1 s, whole run | the same, from 2 s on | errors |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| service | requests/s | p50 | p99 | Redis commands sent / request | Redis commands executed / request | hot rule: most admitted in 1 s, whole run | the same, from 2 s on | cold requests denied | errors |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		rps := float64(r.requests) / r.seconds
-		fmt.Fprintf(&b, "| %s | %.0f | %v | %v | %.4f | %.4f | %d (%.2fx) | %d (%.2fx) | %d |\n", r.name, rps,
+		fmt.Fprintf(&b, "| %s | %.0f | %v | %v | %.4f | %.4f | %d (%.2fx) | %d (%.2fx) | %d | %d |\n", r.name, rps,
 			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond),
 			float64(r.sent())/float64(max(r.requests, 1)), float64(r.commands)/float64(max(r.requests, 1)),
-			r.worstWindow, float64(r.worstWindow)/1000, r.worstSaturated, float64(r.worstSaturated)/1000, r.errors)
+			r.worstWindow, float64(r.worstWindow)/1000, r.worstSaturated, float64(r.worstSaturated)/1000, r.coldDenied, r.errors)
 	}
 	if len(rs) >= 2 {
 		ref, hl := rs[0], rs[1]
