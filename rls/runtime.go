@@ -127,8 +127,10 @@ type reloader struct {
 	svc  *Service
 	log  *slog.Logger
 	last [sha256.Size]byte // of the files last tried, loaded or not
-	ok   bool              // whether the last try loaded
 	done bool              // whether anything was tried yet
+	// loaded, if set, is called after a config loads (the health status
+	// follows at once).
+	loaded func()
 }
 
 // reload reads the runtime directory and, if it differs from what was last
@@ -154,13 +156,14 @@ func (rl *reloader) reload() {
 		cfg, err = LoadConfig(files, rl.rt.Merge)
 	}
 	if err != nil {
-		rl.ok = false
 		rl.svc.ConfigError()
 		rl.log.Error("rls: config not loaded; the previous one stays in use", "err", err)
 		return
 	}
-	rl.ok = true
 	rl.svc.SetConfig(cfg)
+	if rl.loaded != nil {
+		rl.loaded()
+	}
 	rl.log.Info("rls: config loaded", "files", len(files), "domains", strings.Join(cfg.Domains(), ","))
 }
 

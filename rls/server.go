@@ -196,7 +196,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
-	rl := &reloader{rt: s.set.Runtime, svc: s.svc, log: s.log}
+	rl := &reloader{rt: s.set.Runtime, svc: s.svc, log: s.log, loaded: s.updateHealth}
 	rl.reload()
 	s.updateHealth()
 

@@ -511,3 +511,59 @@ func TestReplicasShareOneLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestBrokenStartup: a service whose rules do not load at start serves
+// errors and fails its health check, then serves once the file is fixed.
+func TestBrokenStartup(t *testing.T) {
+	root := runtimeDir(t, map[string]string{"basic.yaml": "domain: basic\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n"})
+	p := launch(t, rlsBinary(t), env(t, root))
+	waitFor(t, "the HTTP port", func() bool {
+		resp, err := http.Get(p.httpURL + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	if code, body := p.get(p.httpURL + "/healthcheck"); code != 500 || !strings.Contains(body, "no rules loaded") {
+		t.Fatalf("/healthcheck with no rules: %d %q", code, body)
+	}
+	if _, err := p.call(request("basic", 0, entries("key1", "x"))); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call with no rules loaded: %v, want UNAVAILABLE", err)
+	}
+	writeAtomic(t, filepath.Join(root, "config", "basic.yaml"), basicYAML)
+	p.waitServing()
+	if r := p.mustCall(request("basic", 0, entries("key1", "x"))); r.Statuses[0].LimitRemaining != 19 {
+		t.Fatalf("after the fix: %v", r)
+	}
+}
+
+// TestPerSecondRedis: with REDIS_PERSECOND, rules in seconds count in the
+// second Redis, the others in the first.
+func TestPerSecondRedis(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			second := redistest.Start(t)
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode,
+				"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", second.Addr, "REDIS_PERSECOND_SOCKET_TYPE", "tcp")
+			p := start(t, rlsBinary(t), e)
+			p.mustCall(request("basic", 0, entries("key1", "slow"))) // a minute rule
+			ov := request("basic", 0, entries("key1", "fast"))
+			ov.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: typepb.RateLimitUnit_SECOND}
+			p.mustCall(ov)
+			prefix := e["CACHE_KEY_PREFIX"]
+			waitFor(t, "keys in both servers", func() bool {
+				_, inFirst := redistest.KeysWithoutTTL(t, redistest.Standalone(t), prefix)
+				noTTL, inSecond := redistest.KeysWithoutTTL(t, second.Client(t), prefix)
+				return inFirst > 0 && inSecond > 0 && len(noTTL) == 0
+			})
+			if mode == "fixed_window" {
+				c := second.Client(t)
+				keys, err := c.Keys(context.Background(), prefix+"*").Result()
+				if err != nil || len(keys) != 1 || !strings.Contains(keys[0], "key1_fast") {
+					t.Fatalf("per-second server holds %v %v, want the one per-second counter", keys, err)
+				}
+			}
+		})
+	}
+}

@@ -122,6 +122,14 @@ func freePort(t *testing.T) int {
 // ends.
 func start(t *testing.T, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
+	p := launch(t, bin, env, args...)
+	p.waitServing()
+	return p
+}
+
+// launch starts bin as start does, without waiting for it to serve.
+func launch(t *testing.T, bin string, env map[string]string, args ...string) *proc {
+	t.Helper()
 	ports := [3]int{freePort(t), freePort(t), freePort(t)}
 	base := map[string]string{
 		"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
@@ -159,22 +167,29 @@ func start(t *testing.T, bin string, env map[string]string, args ...string) *pro
 		t.Fatal(err)
 	}
 	p.conn, p.client = conn, rlspb.NewRateLimitServiceClient(conn)
-	hc := healthpb.NewHealthClient(conn)
+	return p
+}
+
+// waitServing waits until the gRPC health check says SERVING, for 20 s.
+func (p *proc) waitServing() {
+	t := p.t
+	t.Helper()
+	hc := healthpb.NewHealthClient(p.conn)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
 		cancel()
 		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-			return p
+			return
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before serving:\n%s", bin, p.out.String())
+			t.Fatalf("%s exited before serving:\n%s", p.cmd.Path, p.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not serving after 20s (last: %v %v):\n%s", bin, r, err, p.out.String())
+			t.Fatalf("%s not serving after 20s (last: %v %v):\n%s", p.cmd.Path, r, err, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
