@@ -59,6 +59,9 @@ func (f *fixedBackend) decide(ctx context.Context, items []*item, _ bool) error 
 	now := f.now().Unix()
 	ws := make([]*window, len(items))
 	for i, it := range items {
+		if it.negative {
+			return fmt.Errorf("rls: descriptor %s: %w", it.m.statKey, errNegativeHits)
+		}
 		it.decided = true
 		div := int64(it.rule.Period / time.Second)
 		c := f.main

@@ -147,6 +147,9 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 		return nil
 	}
 	d := h.decider(r)
+	if it.negative {
+		return h.giveBack(ctx, d, it, lim)
+	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
 		if err != nil {
@@ -193,6 +196,26 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 	it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(res.Remaining), res.ResetAfter)
 	after := rpu - min(rpu, uint64(res.Remaining))
 	it.stats.count(false, false, after-min(after, it.hits), after, it.hits, rpu, near)
+	return nil
+}
+
+// giveBack answers a descriptor with is_negative_hits: its hits go back
+// into the bucket (never past full), and the status says what is left.
+func (h *hybridBackend) giveBack(ctx context.Context, d Decider, it *item, lim hybridlimit.Limit) error {
+	rf, ok := d.(refunder)
+	if !ok {
+		return fmt.Errorf("rls: %w", errNegativeHits)
+	}
+	if it.hits > 0 {
+		if err := rf.Refund(ctx, h.key(it), lim, int64(min(it.hits, uint64(lim.Burst)))); err != nil {
+			return fmt.Errorf("%w: refund: %v", ErrUnavailable, err)
+		}
+	}
+	p, err := d.Peek(ctx, h.key(it), lim)
+	if err != nil {
+		return fmt.Errorf("rls: %w", err)
+	}
+	it.status = newStatus(it.rule, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
 	return nil
 }
 

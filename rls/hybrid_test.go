@@ -117,3 +117,31 @@ func TestBadHits(t *testing.T) {
 		t.Fatal("hits 2^60 accepted")
 	}
 }
+
+// TestNegativeHits: is_negative_hits gives hits back through Refund, and
+// is refused by a limiter without it.
+func TestNegativeHits(t *testing.T) {
+	cfg, err := LoadConfig([]File{{"d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, refunds := range []bool{true, false} {
+		fake := &fakeDecider{left: map[string]int64{"d|a=x": 4}, refunds: map[string]int64{}}
+		var d Decider = fake
+		if refunds {
+			d = refundingDecider{fake}
+		}
+		svc := &Service{backend: &hybridBackend{main: d, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now}
+		svc.SetConfig(cfg)
+		req := request2("d", [][2]string{{"a", "x"}})
+		req.HitsAddend = 3
+		req.Descriptors[0].IsNegativeHits = true
+		r, err := svc.ShouldRateLimit(context.Background(), req)
+		switch {
+		case refunds && (err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || fake.left["d|a=x"] != 7):
+			t.Fatalf("negative hits: %v %v, holds %d, want 7", r, err, fake.left["d|a=x"])
+		case !refunds && err == nil:
+			t.Fatalf("negative hits without Refund: %v", r)
+		}
+	}
+}

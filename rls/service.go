@@ -36,6 +36,10 @@ const backstop = 2 * time.Millisecond
 // doubles of Redis Lua.
 const maxHits = 1 << 53
 
+// errNegativeHits is returned for a descriptor with is_negative_hits that
+// the mode cannot honour.
+var errNegativeHits = errors.New("is_negative_hits needs the hybrid mode and a limiter that can refund")
+
 // item is one descriptor of a request on its way through a decision.
 type item struct {
 	domain    string
@@ -44,6 +48,7 @@ type item struct {
 	rule      *Rule // nil: no rule applies (no match, replaced, unlimited)
 	unlimited bool
 	quota     bool // decides the request only with every other quota descriptor
+	negative  bool // is_negative_hits: give hits back instead of taking them
 	hits      uint64
 	key       string // the backend's name for the counter, once made
 	stats     *ruleCounters
@@ -190,6 +195,7 @@ func (s *Service) items(cfg *Config, req *rlspb.RateLimitRequest) ([]*item, erro
 		if h := d.GetHitsAddend(); h != nil {
 			it.hits = h.GetValue()
 		}
+		it.negative = d.GetIsNegativeHits()
 		if it.hits > maxHits {
 			return nil, fmt.Errorf("rls: descriptor %d: hits_addend %d is more than %d", i, it.hits, uint64(maxHits))
 		}
