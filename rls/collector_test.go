@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -19,7 +18,7 @@ func TestCollector(t *testing.T) {
 	}
 	fake := &fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}
 	svc := &Service{backend: &hybridBackend{main: fake, nearRatio: 0.5, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100),
-		log: slog.New(slog.DiscardHandler), now: time.Now, opt: serviceOptions{nearRatio: 0.5}}
+		log: slog.New(slog.DiscardHandler), opt: serviceOptions{nearRatio: 0.5}}
 	svc.SetConfig(cfg)
 	for range 3 {
 		if _, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}})); err != nil {

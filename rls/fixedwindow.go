@@ -62,7 +62,6 @@ func (f *fixedBackend) decide(ctx context.Context, items []*item, _ bool) error 
 		if it.negative {
 			return fmt.Errorf("rls: descriptor %s: %w", it.m.statKey, errNegativeHits)
 		}
-		it.decided = true
 		div := int64(it.rule.Period / time.Second)
 		c := f.main
 		if f.perSecond != nil && it.rule.Unit == rlspb.RateLimitResponse_RateLimit_SECOND {

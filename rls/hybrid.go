@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +40,6 @@ type hybridBackend struct {
 	policy          Policy
 	maxWait         time.Duration
 	nearRatio       float32
-	log             *slog.Logger
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
 	// fallback holds the replica's shares of keys whose decisions the
@@ -135,7 +133,6 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 	r := it.rule
 	rpu := uint64(r.RequestsPerUnit)
 	near := nearThreshold(r.RequestsPerUnit, h.nearRatio)
-	it.decided = true
 	lim, ok := r.limit()
 	switch {
 	case !ok && it.hits == 0: // requests_per_unit 0: a check is all that passes

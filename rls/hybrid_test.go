@@ -70,8 +70,8 @@ descriptors:
 		if refunds {
 			d = refundingDecider{fake}
 		}
-		h := &hybridBackend{main: d, maxWait: 10 * time.Millisecond, nearRatio: 0.8, log: slog.New(slog.DiscardHandler), fallbacks: new(atomic.Uint64)}
-		svc := &Service{backend: h, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now, opt: serviceOptions{maxWait: 10 * time.Millisecond}}
+		h := &hybridBackend{main: d, maxWait: 10 * time.Millisecond, nearRatio: 0.8, fallbacks: new(atomic.Uint64)}
+		svc := &Service{backend: h, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), opt: serviceOptions{maxWait: 10 * time.Millisecond}}
 		svc.SetConfig(cfg)
 		r, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}}))
 		if err != nil {
@@ -104,7 +104,7 @@ func TestBadHits(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake := &fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}
-	svc := &Service{backend: &hybridBackend{main: fake, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now}
+	svc := &Service{backend: &hybridBackend{main: fake, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler)}
 	svc.SetConfig(cfg)
 	req := request2("d", [][2]string{{"a", "x"}})
 	req.HitsAddend = 11
@@ -131,7 +131,7 @@ func TestNegativeHits(t *testing.T) {
 		if refunds {
 			d = refundingDecider{fake}
 		}
-		svc := &Service{backend: &hybridBackend{main: d, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), now: time.Now}
+		svc := &Service{backend: &hybridBackend{main: d, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler)}
 		svc.SetConfig(cfg)
 		req := request2("d", [][2]string{{"a", "x"}})
 		req.HitsAddend = 3

@@ -66,7 +66,6 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 	svc := &Service{
 		rules: newStatSet(set.MaxStatKeys),
 		log:   log,
-		now:   time.Now,
 		opt: serviceOptions{
 			globalShadow: set.GlobalShadow, globalQuota: set.GlobalQuota, headers: set.Headers,
 			limitHeader: set.LimitHeader, remainHeader: set.RemainingHeader, resetHeader: set.ResetHeader,
@@ -119,7 +118,7 @@ func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
-	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, log: s.log, fallbacks: fallbacks, fallback: fb}
+	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks, fallback: fb}
 	h.live.Store(1)
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
 		policy := map[Policy]hlsync.FailurePolicy{

@@ -56,8 +56,6 @@ type item struct {
 	// spent is the cost the store took for this item, which a refund
 	// gives back when another descriptor denies the request.
 	spent int64
-	// decided is set by the backend for each item it answered.
-	decided bool
 }
 
 func (it *item) shadow() bool { return it.rule != nil && it.rule.Shadow }
@@ -89,7 +87,6 @@ type Service struct {
 	rules   *statSet
 	c       serviceCounters
 	log     *slog.Logger
-	now     func() time.Time
 }
 
 // serviceOptions are the settings a Service reads on every request.
