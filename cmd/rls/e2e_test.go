@@ -105,6 +105,7 @@ func awayFromEdge(t *testing.T, mode string, unit, need int64) {
 // of 20 a minute answers limit_remaining 19, 18, ... 0, then OVER_LIMIT on
 // the 21st call, in both modes; every key written has a TTL.
 func TestTwentyPerMinute(t *testing.T) {
+	redistest.NoLeaks(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode)
@@ -156,6 +157,7 @@ func TestTwentyPerMinute(t *testing.T) {
 // hits_addend and its per-descriptor override, limit overrides, unknown
 // domains and bad requests.
 func TestMatching(t *testing.T) {
+	redistest.NoLeaks(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode))
@@ -372,6 +374,7 @@ func TestReload(t *testing.T) {
 // policy keeps the service healthy, the policy "error" answers UNAVAILABLE
 // and fails the health check.
 func TestRedisStopped(t *testing.T) {
+	redistest.NoLeaks(t)
 	for _, policy := range []string{"fallback-local", "error"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.Start(t)
