@@ -2,9 +2,7 @@ package rls
 
 import (
 	"context"
-	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,14 +10,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	cfg, err := LoadConfig([]File{{"d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := &fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}
-	svc := &Service{backend: &hybridBackend{main: fake, nearRatio: 0.5, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100),
-		log: slog.New(slog.DiscardHandler), opt: serviceOptions{nearRatio: 0.5}}
-	svc.SetConfig(cfg)
+	svc, _, _ := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n", map[string]int64{}, false)
 	for range 3 {
 		if _, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}})); err != nil {
 			t.Fatal(err)

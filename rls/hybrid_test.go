@@ -47,6 +47,25 @@ func (f refundingDecider) Refund(_ context.Context, key string, _ hybridlimit.Li
 	return nil
 }
 
+// fakeService is a Service on a fakeDecider, with Refund or without, over
+// the rules in yaml; left seeds the tokens of some keys.
+func fakeService(t *testing.T, yaml string, left map[string]int64, refunds bool) (*Service, *fakeDecider, *hybridBackend) {
+	t.Helper()
+	cfg, err := LoadConfig([]File{{"d.yaml", []byte(yaml)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeDecider{left: left, refunds: map[string]int64{}}
+	var d Decider = fake
+	if refunds {
+		d = refundingDecider{fake}
+	}
+	h := &hybridBackend{main: d, maxWait: 10 * time.Millisecond, nearRatio: 0.5, fallbacks: new(atomic.Uint64)}
+	svc := &Service{backend: h, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), opt: serviceOptions{maxWait: 10 * time.Millisecond, nearRatio: 0.5}}
+	svc.SetConfig(cfg)
+	return svc, fake, h
+}
+
 // TestRefundAcrossDescriptors: when a descriptor decided first admits and
 // a later one denies the request (the replica's view said both had room),
 // the first one's tokens are given back (b, with more room by its peek,
@@ -60,19 +79,8 @@ descriptors:
   - key: b
     rate_limit: {unit: hour, requests_per_unit: 100}
 `
-	cfg, err := LoadConfig([]File{{"d.yaml", []byte(rules)}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, refunds := range []bool{true, false} {
-		fake := &fakeDecider{left: map[string]int64{"d|b=x": 0}, refunds: map[string]int64{}}
-		var d Decider = fake
-		if refunds {
-			d = refundingDecider{fake}
-		}
-		h := &hybridBackend{main: d, maxWait: 10 * time.Millisecond, nearRatio: 0.8, fallbacks: new(atomic.Uint64)}
-		svc := &Service{backend: h, rules: newStatSet(100), log: slog.New(slog.DiscardHandler), opt: serviceOptions{maxWait: 10 * time.Millisecond}}
-		svc.SetConfig(cfg)
+		svc, fake, h := fakeService(t, rules, map[string]int64{"d|b=x": 0}, refunds)
 		r, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}}))
 		if err != nil {
 			t.Fatal(err)
@@ -99,13 +107,7 @@ descriptors:
 // TestBadHits: a hits_addend past 2^53 is refused; one past the limit is
 // over it without asking the store.
 func TestBadHits(t *testing.T) {
-	cfg, err := LoadConfig([]File{{"d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := &fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}
-	svc := &Service{backend: &hybridBackend{main: fake, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler)}
-	svc.SetConfig(cfg)
+	svc, fake, _ := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", map[string]int64{}, false)
 	req := request2("d", [][2]string{{"a", "x"}})
 	req.HitsAddend = 11
 	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 0 {
@@ -121,18 +123,8 @@ func TestBadHits(t *testing.T) {
 // TestNegativeHits: is_negative_hits gives hits back through Refund, and
 // is refused by a limiter without it.
 func TestNegativeHits(t *testing.T) {
-	cfg, err := LoadConfig([]File{{"d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, refunds := range []bool{true, false} {
-		fake := &fakeDecider{left: map[string]int64{"d|a=x": 4}, refunds: map[string]int64{}}
-		var d Decider = fake
-		if refunds {
-			d = refundingDecider{fake}
-		}
-		svc := &Service{backend: &hybridBackend{main: d, fallbacks: new(atomic.Uint64)}, rules: newStatSet(100), log: slog.New(slog.DiscardHandler)}
-		svc.SetConfig(cfg)
+		svc, fake, _ := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", map[string]int64{"d|a=x": 4}, refunds)
 		req := request2("d", [][2]string{{"a", "x"}})
 		req.HitsAddend = 3
 		req.Descriptors[0].IsNegativeHits = true

@@ -323,56 +323,47 @@ func (e *envReader) str(name, def string) string {
 	return def
 }
 
-func (e *envReader) int(name string, def int) int {
+// parse reads a variable with conv, or returns def when it is unset or
+// empty; a value conv refuses is reported as not being what want says.
+func parse[T any](e *envReader, name string, def T, want string, conv func(string) (T, bool)) T {
 	v, ok := e.lookup(name)
 	if !ok || v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 0 {
-		e.fail(name, fmt.Sprintf("%q is not a whole number >= 0", v))
+	x, ok := conv(strings.TrimSpace(v))
+	if !ok {
+		e.fail(name, fmt.Sprintf("%q is not %s", v, want))
 		return def
 	}
-	return n
+	return x
+}
+
+func (e *envReader) int(name string, def int) int {
+	return parse(e, name, def, "a whole number >= 0", func(v string) (int, bool) {
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n >= 0
+	})
 }
 
 func (e *envReader) bool(name string, def bool) bool {
-	v, ok := e.lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		e.fail(name, fmt.Sprintf("%q is not true or false", v))
-		return def
-	}
-	return b
+	return parse(e, name, def, "true or false", func(v string) (bool, bool) {
+		b, err := strconv.ParseBool(v)
+		return b, err == nil
+	})
 }
 
 func (e *envReader) dur(name string, def time.Duration) time.Duration {
-	v, ok := e.lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		e.fail(name, fmt.Sprintf("%q is not a duration such as 250ms or 10s", v))
-		return def
-	}
-	return d
+	return parse(e, name, def, "a duration such as 250ms or 10s", func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(v)
+		return d, err == nil
+	})
 }
 
 func (e *envReader) ratio(name string, def float32) float32 {
-	v, ok := e.lookup(name)
-	if !ok || v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 32)
-	if err != nil || !(f >= 0 && f <= 1) {
-		e.fail(name, fmt.Sprintf("%q is not a number in [0, 1]", v))
-		return def
-	}
-	return float32(f)
+	return parse(e, name, def, "a number in [0, 1]", func(v string) (float32, bool) {
+		f, err := strconv.ParseFloat(v, 32)
+		return float32(f), err == nil && f >= 0 && f <= 1
+	})
 }
 
 func (e *envReader) choice(name, def string, allowed ...string) string {
