@@ -57,8 +57,10 @@ type Rule struct {
 	FullKey         string
 	RequestsPerUnit uint32
 	Unit            Unit
-	// Period is the unit's length times the override's unit multiplier.
+	// Period is the unit's length times Multiplier, an override's
+	// unit_multiplier (0 for a configured rule: one unit).
 	Period         time.Duration
+	Multiplier     uint32
 	Unlimited      bool
 	Shadow         bool
 	Quota          bool

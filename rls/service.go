@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Errors ShouldRateLimit returns, as gRPC statuses: InvalidArgument for a
@@ -243,7 +244,7 @@ func overrideRule(o *rlpb.RateLimitDescriptor_RateLimitOverride, statKey string)
 	if err != nil {
 		return nil, fmt.Errorf("limit override: %w", err)
 	}
-	return &Rule{FullKey: statKey, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: p, override: true}, nil
+	return &Rule{FullKey: statKey, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: p, Multiplier: mult, override: true}, nil
 }
 
 // respond builds the response from the decided items: the overall code,
@@ -307,9 +308,13 @@ func (s *Service) refund(ctx context.Context, items []*item) {
 
 // newStatus is a descriptor status with its rule's limit.
 func newStatus(r *Rule, code rlspb.RateLimitResponse_Code, remaining uint32, reset time.Duration) *rlspb.RateLimitResponse_DescriptorStatus {
+	limit := &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
+	if r.Multiplier > 1 {
+		limit.UnitMultiplier = wrapperspb.UInt32(r.Multiplier)
+	}
 	return &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:               code,
-		CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit},
+		CurrentLimit:       limit,
 		LimitRemaining:     remaining,
 		DurationUntilReset: durationpb.New(ceilSeconds(reset)),
 	}

@@ -223,6 +223,14 @@ func TestMatching(t *testing.T) {
 			ov := request("basic", 0, entries("key1", "override"))
 			ov.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_HOUR}
 			check("override", p.mustCall(ov), rlspb.RateLimitResponse_OK, ok(7, 6, "HOUR"))
+			// An override's unit_multiplier makes its window: 2 x 30 s.
+			mult := request("basic", 0, entries("key1", "mult"))
+			mult.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_MINUTE,
+				UnitMultiplier: wrapperspb.UInt32(2)}
+			if r := p.mustCall(mult); r.Statuses[0].GetCurrentLimit().GetUnitMultiplier().GetValue() != 2 ||
+				r.Statuses[0].DurationUntilReset.AsDuration() > 2*time.Minute || r.Statuses[0].LimitRemaining != 6 {
+				t.Fatalf("override with unit_multiplier 2: %v", r)
+			}
 			// An unknown domain limits nothing.
 			check("unknown domain", p.mustCall(request("nobody", 0, entries("key1", "x"))), rlspb.RateLimitResponse_OK, none)
 
@@ -568,6 +576,44 @@ func TestPerSecondRedis(t *testing.T) {
 				if err != nil || len(keys) != 1 || !strings.Contains(keys[0], "key1_fast") {
 					t.Fatalf("per-second server holds %v %v, want the one per-second counter", keys, err)
 				}
+			}
+		})
+	}
+}
+
+// TestSentinel: REDIS_TYPE=sentinel finds the master through a sentinel.
+func TestSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	_, masterPort, _ := strings.Cut(master.Addr, ":")
+	dir := t.TempDir()
+	port := freePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := "bind 127.0.0.1\nport " + strconv.Itoa(port) + "\ndir " + dir + "\n" +
+		"sentinel monitor mymaster 127.0.0.1 " + masterPort + " 1\nsentinel down-after-milliseconds mymaster 5000\n"
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sentinel := "127.0.0.1:" + strconv.Itoa(port)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode,
+				"REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster,"+sentinel)
+			p := start(t, rlsBinary(t), e)
+			awayFromEdge(t, mode, 3600, 30)
+			for i := 1; i <= 4; i++ {
+				r := p.mustCall(request("basic", 0, entries("path", "/api/sentinel")))
+				if want := uint32(max(3-i, 0)); r.Statuses[0].LimitRemaining != want || (i == 4) != (r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT) {
+					t.Fatalf("call %d: %v, want remaining %d", i, r, want)
+				}
+			}
+			if _, seen := redistest.KeysWithoutTTL(t, master.Client(t), e["CACHE_KEY_PREFIX"]); seen == 0 {
+				t.Fatal("nothing written to the master the sentinel names")
 			}
 		})
 	}
