@@ -5,7 +5,7 @@ GO ?= go
 # be run alone (make vet); a new stage is its target plus its name here.
 STAGES = redis cc vet fmt-check race
 
-.PHONY: test $(STAGES) bench results
+.PHONY: test $(STAGES) bench results rls-bench
 
 # Each stage runs in a make of its own, so that make test can say which
 # stage runs, how long each took and which one failed. MAKELEVEL=0 keeps
@@ -75,3 +75,8 @@ bench: redis
 # rewrites (several minutes; both cores).
 results: redis
 	GO=$(GO) $(GO) run ./internal/results
+
+# make rls-bench: the rate limit service next to Envoy's reference service
+# (built from rls/reference) on one Redis; writes its section of docs/rls.md.
+rls-bench: redis
+	$(GO) test -count=1 -timeout 15m -run TestSideBySide ./cmd/rls/ -rls.sidebyside=$(CURDIR)/docs/rls.md

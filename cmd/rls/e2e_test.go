@@ -1,0 +1,620 @@
+package main_test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+const basicYAML = `domain: basic
+descriptors:
+  - key: key1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: key2
+    value: "*"
+    share_threshold: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+  - key: path
+    value: /api/*
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+  - key: path
+    value: /api/v2/*
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+  - key: unlimited
+    rate_limit:
+      unlimited: true
+  - key: zero
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: shadow
+    shadow_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: client
+    descriptors:
+      - key: route
+        rate_limit:
+          name: per_route
+          unit: hour
+          requests_per_unit: 2
+      - key: tier
+        rate_limit:
+          unit: hour
+          requests_per_unit: 1
+          replaces:
+            - name: per_route
+`
+
+// env is the environment of a service on the shared Redis under its own
+// key prefix.
+func env(t *testing.T, root string, extra ...string) map[string]string {
+	s := redistest.StandaloneServer(t)
+	e := map[string]string{
+		"REDIS_URL": s.Addr, "RUNTIME_ROOT": root, "CACHE_KEY_PREFIX": redistest.Prefix(t),
+		"HYBRIDLIMIT_CONFIG_POLL_INTERVAL": "0", "LOG_FORMAT": "json",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		e[extra[i]] = extra[i+1]
+	}
+	return e
+}
+
+var modes = []string{"hybrid", "fixed_window"}
+
+// awayFromEdge waits, in fixed-window mode, until the current window of
+// unit seconds has at least need seconds left, so that a sequence of
+// calls stays in one window.
+func awayFromEdge(t *testing.T, mode string, unit, need int64) {
+	if mode != "fixed_window" {
+		return
+	}
+	if left := unit - time.Now().Unix()%unit; left < need {
+		t.Logf("waiting %ds for the next window", left)
+		time.Sleep(time.Duration(left)*time.Second + 50*time.Millisecond)
+	}
+}
+
+// TestTwentyPerMinute is the reference's own acceptance sequence: a rule
+// of 20 a minute answers limit_remaining 19, 18, ... 0, then OVER_LIMIT on
+// the 21st call, in both modes; every key written has a TTL.
+func TestTwentyPerMinute(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode)
+			p := start(t, rlsBinary(t), e)
+			awayFromEdge(t, mode, 60, 10)
+			start := time.Now()
+			for i := 1; i <= 22; i++ {
+				before := time.Now().Unix()
+				r := p.mustCall(request("basic", 0, entries("key1", "foo")))
+				after := time.Now().Unix()
+				st := r.Statuses[0]
+				want, code := uint32(max(20-i, 0)), rlspb.RateLimitResponse_OK
+				if i > 20 {
+					code = rlspb.RateLimitResponse_OVER_LIMIT
+				}
+				if r.OverallCode != code || st.Code != code || st.LimitRemaining != want ||
+					st.CurrentLimit.GetRequestsPerUnit() != 20 || st.CurrentLimit.GetUnit() != rlspb.RateLimitResponse_RateLimit_MINUTE {
+					t.Fatalf("call %d: %v %s, want %v remaining %d", i, r.OverallCode, statusOf(st), code, want)
+				}
+				reset := st.DurationUntilReset.AsDuration()
+				switch mode {
+				case "fixed_window":
+					if lo, hi := 60-after%60, 60-before%60; reset < time.Duration(lo)*time.Second || reset > time.Duration(hi)*time.Second {
+						t.Fatalf("call %d: duration_until_reset %v, want the window's end, %d to %ds", i, reset, lo, hi)
+					}
+				default:
+					// A token every 3 s: the bucket is full again after
+					// 3 s per token spent, less the time since.
+					full := time.Duration(20-want) * 3 * time.Second
+					if i <= 20 && (reset > full || reset < full-time.Since(start)-time.Second) {
+						t.Fatalf("call %d: duration_until_reset %v, want about %v", i, reset, full)
+					}
+					if i > 20 && (reset < time.Second || reset > 3*time.Second) {
+						t.Fatalf("call %d: duration_until_reset %v, want the next token's 1-3s", i, reset)
+					}
+				}
+			}
+			c := redistest.Standalone(t)
+			if noTTL, seen := redistest.KeysWithoutTTL(t, c, e["CACHE_KEY_PREFIX"]); len(noTTL) > 0 || seen == 0 {
+				t.Fatalf("keys without TTL %v of %d", noTTL, seen)
+			}
+		})
+	}
+}
+
+// TestMatching covers the rules' semantics through the gRPC API: several
+// descriptors in one request, wildcards (first declared wins),
+// share_threshold, unlimited, requests_per_unit 0, shadow_mode, replaces,
+// hits_addend and its per-descriptor override, limit overrides, unknown
+// domains and bad requests.
+func TestMatching(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode))
+			awayFromEdge(t, mode, 3600, 30)
+			check := func(what string, r *rlspb.RateLimitResponse, overall rlspb.RateLimitResponse_Code, want ...string) {
+				t.Helper()
+				if r.OverallCode != overall || len(r.Statuses) != len(want) {
+					t.Fatalf("%s: overall %v with %d statuses, want %v with %d", what, r.OverallCode, len(r.Statuses), overall, len(want))
+				}
+				for i, w := range want {
+					if got := statusOf(r.Statuses[i]); got != w {
+						t.Fatalf("%s: status %d = %s, want %s", what, i, got, w)
+					}
+				}
+			}
+			ok := func(limit, remaining int, unit string) string {
+				return statusOf(&rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: uint32(remaining),
+					CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(limit), Unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[unit])}})
+			}
+			over := func(limit int, unit string) string {
+				return statusOf(&rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT,
+					CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(limit), Unit: rlspb.RateLimitResponse_RateLimit_Unit(rlspb.RateLimitResponse_RateLimit_Unit_value[unit])}})
+			}
+			none := statusOf(&rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK})
+			unlimited := statusOf(&rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32})
+
+			// Wildcards: /api/v2/x matches /api/*, declared first; each
+			// value has its own counter.
+			check("wildcard", p.mustCall(request("basic", 0, entries("path", "/api/v2/x"))), rlspb.RateLimitResponse_OK, ok(3, 2, "HOUR"))
+			check("wildcard, another value", p.mustCall(request("basic", 0, entries("path", "/api/other"))), rlspb.RateLimitResponse_OK, ok(3, 2, "HOUR"))
+			// share_threshold: every value of key2 counts against one bucket.
+			for i, v := range []string{"a", "b", "c"} {
+				check("shared "+v, p.mustCall(request("basic", 0, entries("key2", v))), rlspb.RateLimitResponse_OK, ok(5, 4-i, "HOUR"))
+			}
+			// Two descriptors, hits_addend 2 on each.
+			check("two", p.mustCall(request("basic", 2, entries("key2", "d"), entries("path", "/api/v2/x"))), rlspb.RateLimitResponse_OK,
+				ok(5, 0, "HOUR"), ok(3, 0, "HOUR"))
+			// One over: OVER_LIMIT overall. The other descriptor is charged
+			// only in fixed-window mode, as the reference charges it.
+			key1Left := 20
+			if mode == "fixed_window" {
+				key1Left = 19
+			}
+			check("one over", p.mustCall(request("basic", 0, entries("key1", "m"), entries("key2", "e"))), rlspb.RateLimitResponse_OVER_LIMIT,
+				ok(20, key1Left, "MINUTE"), over(5, "HOUR"))
+			// No match, unlimited, a depth that matches no rule.
+			check("misc", p.mustCall(request("basic", 0, entries("nothing", "x"), entries("unlimited", "u"), entries("key1", "a", "extra", "b"))),
+				rlspb.RateLimitResponse_OK, none, unlimited, none)
+			// requests_per_unit 0 denies, but a check (hits 0) passes.
+			check("zero", p.mustCall(request("basic", 0, entries("zero", "z"))), rlspb.RateLimitResponse_OVER_LIMIT, over(0, "SECOND"))
+			zeroCheck := request("basic", 0, entries("zero", "z2"))
+			zeroCheck.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+			check("zero check", p.mustCall(zeroCheck), rlspb.RateLimitResponse_OK, ok(0, 0, "SECOND"))
+			// Shadow mode: over, but OK.
+			check("shadow 1", p.mustCall(request("basic", 0, entries("shadow", "s"))), rlspb.RateLimitResponse_OK, ok(1, 0, "HOUR"))
+			check("shadow 2", p.mustCall(request("basic", 0, entries("shadow", "s"))), rlspb.RateLimitResponse_OK, statusOf(&rlspb.RateLimitResponse_DescriptorStatus{
+				Code: rlspb.RateLimitResponse_OK, CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 1, Unit: rlspb.RateLimitResponse_RateLimit_HOUR}}))
+			// replaces: tier's rule replaces per_route's.
+			check("replaces", p.mustCall(request("basic", 0, entries("client", "c", "route", "r"), entries("client", "c", "tier", "t"))),
+				rlspb.RateLimitResponse_OK, none, ok(1, 0, "HOUR"))
+			check("not replaced", p.mustCall(request("basic", 0, entries("client", "c", "route", "r"))), rlspb.RateLimitResponse_OK, ok(2, 1, "HOUR"))
+			// A limit override, with its own counter in hybrid mode.
+			ov := request("basic", 0, entries("key1", "override"))
+			ov.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_HOUR}
+			check("override", p.mustCall(ov), rlspb.RateLimitResponse_OK, ok(7, 6, "HOUR"))
+			// An override's unit_multiplier makes its window: 2 x 30 s.
+			mult := request("basic", 0, entries("key1", "mult"))
+			mult.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_MINUTE,
+				UnitMultiplier: wrapperspb.UInt32(2)}
+			if r := p.mustCall(mult); r.Statuses[0].GetCurrentLimit().GetUnitMultiplier().GetValue() != 2 ||
+				r.Statuses[0].DurationUntilReset.AsDuration() > 2*time.Minute || r.Statuses[0].LimitRemaining != 6 {
+				t.Fatalf("override with unit_multiplier 2: %v", r)
+			}
+			// An unknown domain limits nothing.
+			check("unknown domain", p.mustCall(request("nobody", 0, entries("key1", "x"))), rlspb.RateLimitResponse_OK, none)
+
+			// Bad requests: no domain, no descriptors, an override with
+			// unit UNKNOWN (which crashes the reference).
+			bad := request("basic", 0, entries("key1", "x"))
+			bad.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_UNKNOWN}
+			for _, req := range []*rlspb.RateLimitRequest{request("", 0, entries("key1", "x")), request("basic", 0), bad} {
+				if _, err := p.call(req); status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("ShouldRateLimit(%v) = %v, want InvalidArgument", req, err)
+				}
+			}
+			if r := p.mustCall(request("basic", 0, entries("key1", "after"))); r.OverallCode != rlspb.RateLimitResponse_OK {
+				t.Fatalf("after bad requests: %v", r)
+			}
+			// /json speaks the same, 429 for OVER_LIMIT.
+			resp, err := http.Post(p.httpURL+"/json", "application/json", strings.NewReader(`{"domain":"basic","descriptors":[{"entries":[{"key":"zero","value":"j"}]}]}`))
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("/json over limit: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			resp, err = http.Post(p.httpURL+"/json", "application/json", strings.NewReader(`{"domain":`))
+			if err != nil || resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("/json bad body: %v %v", resp, err)
+			}
+			resp.Body.Close()
+		})
+	}
+}
+
+// TestDeniedRequestSpendsNothingElse: in the default mode a request that
+// one descriptor denies does not spend the other descriptors' budget; in
+// fixed-window mode it does, as the reference counts.
+func TestDeniedRequestSpendsNothingElse(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode))
+			awayFromEdge(t, mode, 3600, 30)
+			r := p.mustCall(request("basic", 0, entries("key2", "x"), entries("zero", "q")))
+			if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("want zero over its limit of 0: %v", r)
+			}
+			r = p.mustCall(request("basic", 0, entries("key2", "y")))
+			want := uint32(4) // key2 untouched by the denied request
+			if mode == "fixed_window" {
+				want = 3
+			}
+			if got := r.Statuses[0].LimitRemaining; got != want {
+				t.Fatalf("key2 remaining %d after a request path denied, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestHeaders: LIMIT_RESPONSE_HEADERS_ENABLED adds the headers of the
+// descriptor with the least room, under the names configured.
+func TestHeaders(t *testing.T) {
+	p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}),
+		"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_REMAINING_HEADER", "X-Left"))
+	r := p.mustCall(request("basic", 0, entries("key1", "h"), entries("path", "/api/h")))
+	got := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if got["RateLimit-Limit"] != "3" || got["X-Left"] != "2" || got["RateLimit-Reset"] == "" {
+		t.Fatalf("headers %v, want the path rule's: limit 3, X-Left 2, a reset", got)
+	}
+}
+
+// TestShadowModeGlobal: SHADOW_MODE turns the overall code to OK and
+// leaves each status as it is.
+func TestShadowModeGlobal(t *testing.T) {
+	p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "SHADOW_MODE", "true"))
+	r := p.mustCall(request("basic", 0, entries("zero", "g")))
+	if r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("SHADOW_MODE: %v", r)
+	}
+	if n := p.stat("ratelimit.service.global_shadow_mode"); n != 1 {
+		t.Fatalf("global_shadow_mode = %d, want 1", n)
+	}
+}
+
+// TestReload: a file written, created or removed, and a symbolic link
+// swapped as Kubernetes swaps a ConfigMap's, each reload the rules without
+// polling; a broken file leaves the old rules serving and counts an error.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
+	writeFiles(t, filepath.Join(v1, "config"), map[string]string{"basic.yaml": basicYAML})
+	writeFiles(t, filepath.Join(v2, "config"), map[string]string{"basic.yaml": strings.Replace(basicYAML, "requests_per_unit: 20", "requests_per_unit: 40", 1)})
+	root := filepath.Join(dir, "current")
+	if err := os.Symlink(v1, root); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, rlsBinary(t), env(t, root))
+	limitOf := func(key string) uint32 {
+		return p.mustCall(request("basic", 0, entries(key, "r"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	cfg := filepath.Join(v1, "config", "basic.yaml")
+
+	writeAtomic(t, cfg, strings.Replace(basicYAML, "requests_per_unit: 20", "requests_per_unit: 30", 1))
+	waitFor(t, "a written file to reload", func() bool { return limitOf("key1") == 30 })
+
+	if err := os.WriteFile(cfg, []byte(strings.Replace(basicYAML, "requests_per_unit: 20", "requests_per_unit: 31", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a file written in place to reload", func() bool { return limitOf("key1") == 31 })
+
+	writeAtomic(t, filepath.Join(v1, "config", "other.yaml"), "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 9}\n")
+	waitFor(t, "a created file to load", func() bool {
+		return p.mustCall(request("other", 0, entries("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 9
+	})
+	if err := os.Remove(filepath.Join(v1, "config", "other.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a removed file to unload", func() bool {
+		return p.mustCall(request("other", 0, entries("k", "v"))).Statuses[0].GetCurrentLimit() == nil
+	})
+
+	loadErrors := p.stat("ratelimit.service.config_load_error")
+	writeAtomic(t, cfg, basicYAML+"  - key: bad\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	waitFor(t, "a broken file to count an error", func() bool { return p.stat("ratelimit.service.config_load_error") == loadErrors+1 })
+	if got := limitOf("key1"); got != 31 {
+		t.Fatalf("after a broken reload key1's limit is %d, want the old 31", got)
+	}
+	if code, body := p.get(p.httpURL + "/healthcheck"); code != 200 || body != "OK" {
+		t.Fatalf("/healthcheck after a broken reload: %d %q", code, body)
+	}
+
+	tmp := filepath.Join(dir, "current.tmp")
+	if err := os.Symlink(v2, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a symlink swap to reload", func() bool { return limitOf("key1") == 40 })
+	_, dump := p.get(p.debugURL + "/rlconfig")
+	if !strings.Contains(dump, "basic.key1: unit=MINUTE requests_per_unit=40") {
+		t.Fatalf("/rlconfig:\n%s", dump)
+	}
+	if !strings.Contains(p.out.String(), "unknown key") && !strings.Contains(p.out.String(), "fortnight") {
+		t.Fatalf("the broken file's error is not in the log:\n%s", p.out.String())
+	}
+}
+
+// TestRedisStopped: with Redis stopped (SIGSTOP), then killed, every call
+// is answered within the failure bound by the failure policy; the default
+// policy keeps the service healthy, the policy "error" answers UNAVAILABLE
+// and fails the health check.
+func TestRedisStopped(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, policy := range []string{"fallback-local", "error"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy)
+			p := start(t, rlsBinary(t), e)
+			p.mustCall(request("basic", 0, entries("key1", "warm")))
+			worst := time.Duration(0)
+			probe := func(phase string, n int) {
+				t.Helper()
+				sawErr := false
+				for i := range n {
+					t0 := time.Now()
+					r, err := p.call(request("basic", 0, entries("key1", phase+strconv.Itoa(i))))
+					d := time.Since(t0)
+					worst = max(worst, d)
+					// The stated bound is HYBRIDLIMIT_MAX_WAIT + 2 ms (12 ms)
+					// plus the call's own work; the test allows for a
+					// machine loaded by other tests, and reports the worst.
+					if d > 500*time.Millisecond {
+						t.Fatalf("%s: a call took %v with Redis down", phase, d)
+					}
+					switch {
+					case err != nil && policy == "error" && status.Code(err) == codes.Unavailable:
+						sawErr = true
+					case err != nil:
+						t.Fatalf("%s: %v", phase, err)
+					case r.Statuses[0].CurrentLimit == nil:
+						t.Fatalf("%s: %v", phase, r)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if policy == "error" && !sawErr {
+					t.Fatalf("%s: no call answered UNAVAILABLE under the policy error", phase)
+				}
+			}
+			if err := srv.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			probe("stopped", 100)
+			health := 200
+			if policy == "error" {
+				health = 500
+			}
+			waitFor(t, "the health check to follow Redis", func() bool { code, _ := p.get(p.httpURL + "/healthcheck"); return code == health })
+			if err := srv.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			srv.Stop()
+			probe("killed", 100)
+			t.Logf("worst call with Redis stopped or killed: %v", worst)
+		})
+	}
+}
+
+// TestCluster: REDIS_TYPE=cluster on the 3+3 cluster serves the same
+// exact sequence.
+func TestCluster(t *testing.T) {
+	c := redistest.ClusterOf(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode,
+				"REDIS_TYPE", "cluster", "REDIS_URL", strings.Join(c.Addrs(), ","))
+			p := start(t, rlsBinary(t), e)
+			awayFromEdge(t, mode, 3600, 30)
+			for i := 1; i <= 6; i++ {
+				r := p.mustCall(request("basic", 0, entries("key2", "c"), entries("path", "/api/c")))
+				k2, path := r.Statuses[0], r.Statuses[1]
+				if i <= 3 && (r.OverallCode != rlspb.RateLimitResponse_OK || k2.LimitRemaining != uint32(5-i) || path.LimitRemaining != uint32(3-i)) {
+					t.Fatalf("call %d: %v", i, r)
+				}
+				if i > 3 && path.Code != rlspb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("call %d: %v", i, r)
+				}
+			}
+			cc := c.Client(t)
+			if noTTL, seen := redistest.KeysWithoutTTL(t, cc, e["CACHE_KEY_PREFIX"]); len(noTTL) > 0 || seen == 0 {
+				t.Fatalf("keys without TTL %v of %d", noTTL, seen)
+			}
+		})
+	}
+}
+
+// TestEmbeddedRedis: -embedded-redis serves alone, and refuses to start
+// beside REDIS_URL.
+func TestEmbeddedRedis(t *testing.T) {
+	root := runtimeDir(t, map[string]string{"basic.yaml": basicYAML})
+	p := start(t, rlsBinary(t), map[string]string{"RUNTIME_ROOT": root}, "-embedded-redis")
+	if r := p.mustCall(request("basic", 0, entries("key1", "e"))); r.Statuses[0].LimitRemaining != 19 {
+		t.Fatalf("embedded: %v", r)
+	}
+	if !strings.Contains(p.out.String(), "embedded") {
+		t.Fatalf("the log does not say the Redis is embedded:\n%s", p.out.String())
+	}
+	cmd := execRLS(t, map[string]string{"RUNTIME_ROOT": root, "REDIS_URL": "127.0.0.1:1"}, "-embedded-redis")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "choose one") {
+		t.Fatalf("-embedded-redis with REDIS_URL: %v %s", err, out)
+	}
+	cmd = execRLS(t, map[string]string{"RUNTIME_ROOT": root, "HYBRIDLIMIT_MODE": "sliding"})
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "HYBRIDLIMIT_MODE") {
+		t.Fatalf("a bad HYBRIDLIMIT_MODE: %v %s", err, out)
+	}
+}
+
+// execRLS is the binary as a command to run to its end, within 10 s.
+func execRLS(t *testing.T, env map[string]string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, rlsBinary(t), args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+// TestReplicasShareOneLimit: three replicas on one Redis admit, together,
+// a 20 a minute rule's 20 requests and no more, in both modes.
+func TestReplicasShareOneLimit(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode)
+			var ps []*proc
+			for range 3 {
+				ps = append(ps, start(t, rlsBinary(t), e))
+			}
+			awayFromEdge(t, mode, 60, 10)
+			admitted := 0
+			for i := range 45 {
+				r := ps[i%3].mustCall(request("basic", 0, entries("key1", "shared")))
+				if r.OverallCode == rlspb.RateLimitResponse_OK {
+					admitted++
+				}
+			}
+			if admitted != 20 {
+				t.Fatalf("three replicas admitted %d of a 20 a minute rule's requests, want 20", admitted)
+			}
+		})
+	}
+}
+
+// TestBrokenStartup: a service whose rules do not load at start serves
+// errors and fails its health check, then serves once the file is fixed.
+func TestBrokenStartup(t *testing.T) {
+	root := runtimeDir(t, map[string]string{"basic.yaml": "domain: basic\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n"})
+	p := launch(t, rlsBinary(t), env(t, root))
+	waitFor(t, "the HTTP port", func() bool {
+		resp, err := http.Get(p.httpURL + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	if code, body := p.get(p.httpURL + "/healthcheck"); code != 500 || !strings.Contains(body, "no rules loaded") {
+		t.Fatalf("/healthcheck with no rules: %d %q", code, body)
+	}
+	if _, err := p.call(request("basic", 0, entries("key1", "x"))); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call with no rules loaded: %v, want UNAVAILABLE", err)
+	}
+	t0 := time.Now()
+	writeAtomic(t, filepath.Join(root, "config", "basic.yaml"), basicYAML)
+	p.waitServing()
+	t.Logf("serving %v after the fix", time.Since(t0))
+	if r := p.mustCall(request("basic", 0, entries("key1", "x"))); r.Statuses[0].LimitRemaining != 19 {
+		t.Fatalf("after the fix: %v", r)
+	}
+}
+
+// TestPerSecondRedis: with REDIS_PERSECOND, rules in seconds count in the
+// second Redis, the others in the first.
+func TestPerSecondRedis(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			second := redistest.Start(t)
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode,
+				"REDIS_PERSECOND", "true", "REDIS_PERSECOND_URL", second.Addr, "REDIS_PERSECOND_SOCKET_TYPE", "tcp")
+			p := start(t, rlsBinary(t), e)
+			p.mustCall(request("basic", 0, entries("key1", "slow"))) // a minute rule
+			ov := request("basic", 0, entries("key1", "fast"))
+			ov.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: typepb.RateLimitUnit_SECOND}
+			p.mustCall(ov)
+			prefix := e["CACHE_KEY_PREFIX"]
+			waitFor(t, "keys in both servers", func() bool {
+				_, inFirst := redistest.KeysWithoutTTL(t, redistest.Standalone(t), prefix)
+				noTTL, inSecond := redistest.KeysWithoutTTL(t, second.Client(t), prefix)
+				return inFirst > 0 && inSecond > 0 && len(noTTL) == 0
+			})
+			if mode == "fixed_window" {
+				c := second.Client(t)
+				keys, err := c.Keys(context.Background(), prefix+"*").Result()
+				if err != nil || len(keys) != 1 || !strings.Contains(keys[0], "key1_fast") {
+					t.Fatalf("per-second server holds %v %v, want the one per-second counter", keys, err)
+				}
+			}
+		})
+	}
+}
+
+// TestSentinel: REDIS_TYPE=sentinel finds the master through a sentinel.
+func TestSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	_, masterPort, _ := strings.Cut(master.Addr, ":")
+	dir := t.TempDir()
+	port := freePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := "bind 127.0.0.1\nport " + strconv.Itoa(port) + "\ndir " + dir + "\n" +
+		"sentinel monitor mymaster 127.0.0.1 " + masterPort + " 1\nsentinel down-after-milliseconds mymaster 5000\n"
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sentinel := "127.0.0.1:" + strconv.Itoa(port)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode,
+				"REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster,"+sentinel)
+			p := start(t, rlsBinary(t), e)
+			awayFromEdge(t, mode, 3600, 30)
+			for i := 1; i <= 4; i++ {
+				r := p.mustCall(request("basic", 0, entries("path", "/api/sentinel")))
+				if want := uint32(max(3-i, 0)); r.Statuses[0].LimitRemaining != want || (i == 4) != (r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT) {
+					t.Fatalf("call %d: %v, want remaining %d", i, r, want)
+				}
+			}
+			if _, seen := redistest.KeysWithoutTTL(t, master.Client(t), e["CACHE_KEY_PREFIX"]); seen == 0 {
+				t.Fatal("nothing written to the master the sentinel names")
+			}
+		})
+	}
+}

@@ -1,0 +1,63 @@
+// Package rls is a drop-in for Envoy's global rate limit service
+// (envoyproxy/ratelimit), backed by the hybrid limiter of package sync: the
+// same gRPC API (envoy.service.ratelimit.v3.RateLimitService), the same
+// rules YAML, the same environment, the same stat meanings.
+//
+// Server is the whole service (cmd/rls runs it); Service answers
+// ShouldRateLimit and can be served on a gRPC server of your own.
+// docs/rls.md is the user's guide.
+//
+// # Counting
+//
+// In the default mode (HYBRIDLIMIT_MODE=hybrid) a rule of N per unit is a
+// token bucket of N tokens refilled at N per unit, shared by every replica
+// through one Redis or Redis Cluster: each replica spends local allowance
+// and reconciles with Redis in batches, so a request costs no Redis round
+// trip unless its key has no allowance left. A status then says:
+//
+//   - limit_remaining: the tokens this replica sees left in the bucket after
+//     the request, its unspent allowance plus what Redis held at its last
+//     sync; other replicas' spending since is not in it;
+//   - duration_until_reset: for OK, the time until the bucket is full again
+//     if nothing more is spent; for OVER_LIMIT, the time until the request
+//     could be admitted. Both are rounded up to whole seconds.
+//
+// A request denied by one descriptor spends nothing on the others: the
+// descriptors that decide the request (neither shadow_mode nor quota_mode)
+// are decided first, the one with the least room first, and once one is
+// over its limit the rest are only peeked at. What was spent before that
+// is given back when the limiter has a Refund method (an interface
+// assertion, so it works as soon as the limiter has one); without it, those
+// tokens stay spent. Under SHADOW_MODE every descriptor is charged, since
+// the request goes through.
+//
+// In fixed-window mode (HYBRIDLIMIT_MODE=fixed_window) rules are counted as
+// the reference counts them, for users who need its numbers: windows
+// aligned to the Unix epoch (MONTH is 30 days, YEAR 365), every hit of every
+// descriptor counted, admitted or not, under the reference's key names, one
+// Redis call per descriptor (lua/hit_counter.lua); limit_remaining is the
+// limit minus the window's count and duration_until_reset the time to the
+// window's end. STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT behaves as the
+// reference's.
+//
+// # Failure
+//
+// No request waits for Redis longer than HYBRIDLIMIT_MAX_WAIT (10ms by
+// default) plus a 2ms backstop: 12ms, inside the 20ms after which Envoy's
+// filter gives up. A decision that waited that long in vain is decided by
+// the failure policy (HYBRIDLIMIT_FAILURE_POLICY): fallback-local (hybrid
+// mode's default: each replica enforces its share of the limit, the limit
+// divided by the replicas last seen alive), fail-open, fail-closed, or
+// error (fixed-window mode's default), a gRPC UNAVAILABLE for Envoy's
+// failure_mode_deny to decide.
+//
+// # Files
+//
+//   - config.go, match.go, unit.go: the rules YAML, its checks, matching;
+//   - service.go: ShouldRateLimit; hybrid.go and fixedwindow.go, the two
+//     ways of counting;
+//   - runtime.go: reading and watching the runtime directory;
+//   - settings.go, log.go: the environment;
+//   - server.go, http.go: the listeners, health, /json and the debug port;
+//   - stats.go, collector.go: the counters and their Prometheus names.
+package rls

@@ -1,0 +1,382 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/local"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// Decider is the part of the hybrid limiter (package sync) the default
+// mode uses: *hlsync.Limiter satisfies it.
+type Decider interface {
+	AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
+	Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error)
+}
+
+// refunder is a limiter that can give back tokens a decision took. The
+// service uses it, when the limiter has it, for the descriptors of a
+// request that another descriptor denied.
+type refunder interface {
+	Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error
+}
+
+// hybridBackend serves every rule as a token bucket of requests_per_unit
+// per unit, burst requests_per_unit, on the hybrid limiter.
+type hybridBackend struct {
+	main, perSecond Decider
+	policy          Policy
+	maxWait         time.Duration
+	nearRatio       float32
+	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
+	stores          []store
+	// fallback holds the replica's shares of keys whose decisions the
+	// policy fallback-local makes here (see policyResult); live is the
+	// replica count it divides by.
+	fallback *local.Table
+	live     atomic.Int64
+}
+
+// store is one hybrid limiter the backend owns: closed and pinged with it.
+type store struct {
+	ping  func(context.Context) error
+	close func(context.Context) error
+}
+
+var errCannotRefund = errors.New("rls: the limiter has no Refund method: the other descriptors of a denied request stay charged")
+
+func (h *hybridBackend) decider(r *Rule) Decider {
+	if r.Unit == rlspb.RateLimitResponse_RateLimit_SECOND && h.perSecond != nil {
+		return h.perSecond
+	}
+	return h.main
+}
+
+// decide answers each item. Unless final, it spends nothing once a
+// descriptor that decides the request (neither shadow nor quota) is over
+// its limit: the request is denied, so the others are only peeked at. It
+// decides those descriptors first, the one with the least room first, so
+// that a denied request rarely spends anywhere; what it did spend before the
+// denial, refund gives back.
+func (h *hybridBackend) decide(ctx context.Context, items []*item, final bool) error {
+	order := items
+	if !final && len(items) > 1 {
+		order = h.order(ctx, items)
+	}
+	stopped := false
+	for _, it := range order {
+		if err := h.decideOne(ctx, it, final || !stopped); err != nil {
+			return err
+		}
+		if !final && it.status.Code == rlspb.RateLimitResponse_OVER_LIMIT && !it.shadow() && !it.quota {
+			stopped = true
+		}
+	}
+	return nil
+}
+
+// order returns items sorted for decide: the deciding descriptors first,
+// by the share of their bucket this request would leave (least first),
+// then quota descriptors, then shadow ones.
+func (h *hybridBackend) order(ctx context.Context, items []*item) []*item {
+	type ranked struct {
+		it    *item
+		class int
+		room  float64
+	}
+	rs := make([]ranked, len(items))
+	for i, it := range items {
+		r := ranked{it: it}
+		switch {
+		case it.shadow():
+			r.class = 2
+		case it.quota:
+			r.class = 1
+		default:
+			if lim, ok := it.rule.limit(); ok {
+				if p, err := h.decider(it.rule).Peek(ctx, h.key(it), lim); err == nil {
+					r.room = float64(p.Remaining-int64(min(it.hits, 1<<53))) / float64(lim.Burst)
+				}
+			} else {
+				r.room = -1
+			}
+		}
+		rs[i] = r
+	}
+	sort.SliceStable(rs, func(a, b int) bool {
+		if rs[a].class != rs[b].class {
+			return rs[a].class < rs[b].class
+		}
+		return rs[a].room < rs[b].room
+	})
+	out := make([]*item, len(rs))
+	for i, r := range rs {
+		out[i] = r.it
+	}
+	return out
+}
+
+// decideOne answers one item, spending its hits only if spend is set.
+func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) error {
+	r := it.rule
+	rpu := uint64(r.RequestsPerUnit)
+	near := nearThreshold(r.RequestsPerUnit, h.nearRatio)
+	lim, ok := r.limit()
+	switch {
+	case !ok && it.hits == 0: // requests_per_unit 0: a check is all that passes
+		it.status = newStatus(r, rlspb.RateLimitResponse_OK, 0, 0)
+		return nil
+	case !ok || it.hits > uint64(lim.Burst):
+		// More than the bucket holds: never admitted, nothing to ask.
+		h.deny(it, r.Period, rpu, near)
+		return nil
+	}
+	d := h.decider(r)
+	if it.negative {
+		return h.giveBack(ctx, d, it, lim)
+	}
+	if it.hits == 0 || !spend {
+		p, err := d.Peek(ctx, h.key(it), lim)
+		if err != nil {
+			return fmt.Errorf("rls: %w", err)
+		}
+		if it.hits == 0 || uint64(p.Remaining) >= it.hits {
+			it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
+			used := rpu - min(rpu, uint64(p.Remaining))
+			it.stats.count(false, false, used, used, it.hits, rpu, near)
+			return nil
+		}
+		h.deny(it, max(p.RetryAfter, time.Second), rpu, near)
+		return nil
+	}
+	t0 := time.Now()
+	res, err := d.AllowN(ctx, h.key(it), lim, int64(it.hits))
+	timedOut := false
+	switch {
+	case err != nil && ctx.Err() == nil:
+		return fmt.Errorf("rls: %w", err)
+	case err != nil:
+		// The wait for the store outlasted the service's own bound.
+		timedOut = true
+	case !res.Allowed && res.Source == hybridlimit.SourceLocal && time.Since(t0) >= h.maxWait:
+		// Denied after waiting the whole max wait for a reply that did
+		// not come: the store did not answer, it did not say the bucket
+		// is empty. The failure policy decides, as when Redis is down.
+		timedOut = true
+	}
+	if timedOut {
+		res = h.policyResult(h.key(it), lim, int64(it.hits))
+	}
+	if timedOut || res.Source == hybridlimit.SourceFallback {
+		h.fallbacks.Add(1)
+		if h.policy == PolicyError {
+			return fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
+		}
+	}
+	if !res.Allowed {
+		h.deny(it, res.RetryAfter, rpu, near)
+		return nil
+	}
+	it.spent = int64(it.hits)
+	it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(res.Remaining), res.ResetAfter)
+	after := rpu - min(rpu, uint64(res.Remaining))
+	it.stats.count(false, false, after-min(after, it.hits), after, it.hits, rpu, near)
+	return nil
+}
+
+// giveBack answers a descriptor with is_negative_hits: its hits go back
+// into the bucket (never past full), and the status says what is left.
+func (h *hybridBackend) giveBack(ctx context.Context, d Decider, it *item, lim hybridlimit.Limit) error {
+	rf, ok := d.(refunder)
+	if !ok {
+		return fmt.Errorf("rls: %w", errNegativeHits)
+	}
+	if it.hits > 0 {
+		if err := rf.Refund(ctx, h.key(it), lim, int64(min(it.hits, uint64(lim.Burst)))); err != nil {
+			return fmt.Errorf("%w: refund: %v", ErrUnavailable, err)
+		}
+	}
+	p, err := d.Peek(ctx, h.key(it), lim)
+	if err != nil {
+		return fmt.Errorf("rls: %w", err)
+	}
+	it.status = newStatus(it.rule, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
+	return nil
+}
+
+// deny answers an item OVER_LIMIT (OK under shadow_mode), with the time
+// until it could be admitted as its duration_until_reset.
+func (h *hybridBackend) deny(it *item, retry time.Duration, rpu, near uint64) {
+	code := rlspb.RateLimitResponse_OVER_LIMIT
+	if it.shadow() {
+		code = rlspb.RateLimitResponse_OK
+	}
+	it.status = newStatus(it.rule, code, 0, retry)
+	it.stats.count(true, it.shadow(), rpu, rpu+it.hits, it.hits, rpu, near)
+}
+
+// policyResult is what the failure policy answers for a decision that
+// waited for the store in vain: fail-open admits, fail-closed and error
+// deny (error then answers UNAVAILABLE), and fallback-local enforces this
+// replica's share of the limit, as the limiter itself does once its
+// breaker is open.
+func (h *hybridBackend) policyResult(key string, lim hybridlimit.Limit, cost int64) hybridlimit.Result {
+	deny := hybridlimit.Result{Limit: lim, Source: hybridlimit.SourceFallback, RetryAfter: time.Second}
+	switch h.policy {
+	case PolicyFailOpen:
+		return hybridlimit.Result{Limit: lim, Allowed: true, Source: hybridlimit.SourceFallback}
+	case PolicyFallbackLocal:
+		if h.fallback == nil {
+			return deny
+		}
+		sh := share(lim, h.live.Load())
+		if cost > sh.Burst {
+			return deny
+		}
+		r, err := h.fallback.AllowN(key, time.Now(), sh, cost)
+		if err != nil {
+			return deny
+		}
+		r.Limit, r.Source = lim, hybridlimit.SourceFallback
+		return r
+	}
+	return deny
+}
+
+// share is this replica's part of lim among live replicas: the rate and
+// the burst divided, each at least 1, so that the replicas deciding alone
+// admit about the limit together.
+func share(lim hybridlimit.Limit, live int64) hybridlimit.Limit {
+	n := max(live, 1)
+	return hybridlimit.Limit{Rate: max(lim.Rate/n, 1), Period: lim.Period, Burst: max(lim.Burst/n, 1)}
+}
+
+// statser is a limiter that reports its counters: *hlsync.Limiter.
+type statser interface{ Stats() hlsync.Stats }
+
+// observe reads how many replicas the limiter last saw alive, for share.
+// The health loop calls it every second: Stats walks every tracked key, too
+// slow for the request path.
+func (h *hybridBackend) observe() {
+	if st, ok := h.main.(statser); ok {
+		h.live.Store(st.Stats().LiveInstances)
+	}
+}
+
+func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, error) {
+	var given uint64
+	var errs []error
+	for _, it := range items {
+		if it.spent <= 0 {
+			continue
+		}
+		rf, ok := h.decider(it.rule).(refunder)
+		if !ok {
+			return given, nil // said once at start-up: see canRefund
+		}
+		lim, _ := it.rule.limit()
+		if err := rf.Refund(ctx, h.key(it), lim, it.spent); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		given += uint64(it.spent)
+		it.status.LimitRemaining = clampRemaining(min(int64(it.status.LimitRemaining)+it.spent, lim.Burst))
+		it.spent = 0
+	}
+	return given, errors.Join(errs...)
+}
+
+// canRefund reports whether the limiters can give tokens back.
+func (h *hybridBackend) canRefund() error {
+	for _, d := range []Decider{h.main, h.perSecond} {
+		if _, ok := d.(refunder); d != nil && !ok {
+			return errCannotRefund
+		}
+	}
+	return nil
+}
+
+func (h *hybridBackend) ping(ctx context.Context) error {
+	var errs []error
+	for _, s := range h.stores {
+		errs = append(errs, s.ping(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (h *hybridBackend) close(ctx context.Context) error {
+	var errs []error
+	for _, s := range h.stores {
+		errs = append(errs, s.close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// key names an item's bucket in the hybrid limiter: the domain and every
+// entry as key=value, joined by '|', with '%', '|', '=' and '*' escaped in
+// what the request sent; a value shared by share_threshold is its pattern,
+// star unescaped, so it cannot meet a literal value. A limit override adds
+// its limit, so that it never shares a bucket with a configured rule or an
+// override of another size. A name longer than the limiter takes keeps its
+// start and ends in a SHA-256 of the whole.
+func (h *hybridBackend) key(it *item) string {
+	if it.key != "" {
+		return it.key
+	}
+	var b strings.Builder
+	b.WriteString(escapeKey(it.domain, false))
+	for i, e := range it.desc.GetEntries() {
+		b.WriteByte('|')
+		b.WriteString(escapeKey(e.GetKey(), false))
+		b.WriteByte('=')
+		if it.m.share != nil && it.m.share[i] != "" {
+			b.WriteString(escapeKey(it.m.share[i], true))
+		} else {
+			b.WriteString(escapeKey(e.GetValue(), false))
+		}
+	}
+	if it.rule.override {
+		b.WriteString("|@")
+		b.WriteString(strconv.FormatUint(uint64(it.rule.RequestsPerUnit), 10))
+		b.WriteByte('/')
+		b.WriteString(strconv.FormatInt(int64(it.rule.Period/time.Second), 10))
+		b.WriteByte('s')
+	}
+	key := b.String()
+	if len(key) > hybridlimit.MaxKeyLen {
+		sum := sha256.Sum256([]byte(key))
+		key = key[:hybridlimit.MaxKeyLen-1-2*len(sum)] + "#" + hex.EncodeToString(sum[:])
+	}
+	it.key = key
+	return key
+}
+
+// escapeKey percent-encodes the bytes key uses as separators, and '*'
+// unless keepStar.
+func escapeKey(s string, keepStar bool) string {
+	if !strings.ContainsAny(s, "%|=*") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '%', c == '|', c == '=', c == '*' && !keepStar:
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
