@@ -143,23 +143,26 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	consumed := e.consumed()
 	t := l.nanos(now)
 	dt := time.Duration(t - e.lastAt)
-	rate := 0.0
-	if used := consumed - e.lastUsed; used > 0 && dt > 0 {
-		// Over the time since consumption was last seen, not since the
-		// last round: one request on a quiet key is not a burst of demand.
-		rate = float64(used) / max(dt, time.Duration(t-e.usedAt)).Seconds()
-	}
+	// Demand is measured over the time since consumption was last seen,
+	// not since the last round (one request on a quiet key is not a burst
+	// of demand), and over half an interval at least.
+	used := float64(max(consumed-e.lastUsed, 0))
+	window := max(dt, time.Duration(t-e.usedAt), l.cfg.interval/2).Seconds()
 	switch {
 	case dt >= l.cfg.interval/2:
+		rate := used / window
 		e.demand = max(rate, (e.demand+rate)/2) // rise at once, decay by halves
 		if consumed != e.lastUsed {
 			e.usedAt = t
 		}
 		e.lastUsed, e.lastAt = consumed, t
-	case dt >= time.Millisecond && rate > e.demand:
+	case dt >= time.Millisecond && used/window > e.demand:
 		// A key fetching again before half an interval is out: let its
-		// lease grow now rather than after a string of small fetches.
-		e.demand = rate
+		// lease grow now rather than after a string of small fetches. Over
+		// half an interval: a token spent in a key's first milliseconds is
+		// not a burst that should lease the whole bucket away from the
+		// other instances.
+		e.demand = used / window
 	}
 	m := message{limit: limit, base: e.acked}
 	if l.cfg.mode == Optimistic {
