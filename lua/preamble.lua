@@ -121,19 +121,24 @@ end
 -- (or a part of a split key), so that a message finds all it reads and
 -- writes in one key, with one read and one write:
 --   t       the GCRA theoretical arrival time in microseconds, %.17g (17
---           significant digits keep the float exact); or a marker
---           "m<shards>.<generation>" (reshard.lua); absent: full.
+--           significant digits keep the float exact): a time not ahead of
+--           now says since when the bucket has been full; or a marker
+--           "m<shards>.<generation>" (reshard.lua); absent: full since
+--           ever.
+--   f       "fs fg": the last full stretch a charge ended, from fs to fg
+--           (sync.lua), whose refill pays for tokens reported late.
 --   x       the key's expiry in milliseconds by the scripts' clock (now_us,
 --           which may be the caller's), as last set, so that a message
 --           extends it only when it falls short, not every time.
 --   l:<id>  instance id's ledger (sync.lua).
 
 -- tat_text returns the text to store in field t for a bucket at tat, or
--- nil when old (the field's text, or false) already says the same: an
--- empty bucket that granted nothing, a full one that took nothing back.
--- A tat not ahead of now is a full bucket, stored only over an older tat.
-local function tat_text(tat, now, old)
-  if tat <= now and not old then
+-- nil when old (the field's text, or false for an absent bucket, as if 0)
+-- already says the same: an empty bucket that granted nothing, a full one
+-- that took nothing back. A tat not ahead of now says since when the
+-- bucket has been full (sync.lua's owe reads it).
+local function tat_text(tat, old)
+  if tat <= 0 and not old then
     return nil
   end
   local v = string.format('%.17g', tat)

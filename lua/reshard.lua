@@ -85,7 +85,7 @@ elseif op == 'close' then
 elseif op == 'credit' then
   if closed or not exists then return {0, 0, now} end
   local tat = math.max(now, later(tonumber(raw), -n * interval))
-  local t = tat_text(tat, now, raw)
+  local t = tat_text(tat, raw)
   if t then set(t, now_ms + ttl_ms(tat - now)) end
   return {1, 0, now}
 elseif op == 'mark' then

@@ -8,10 +8,20 @@
 --   reserve ("r"): value = tokens the instance wants to have been granted in
 --     all. Above the ledger's total, the difference is granted from the
 --     bucket as far as it holds tokens; below it, the difference is returned.
+--     First the ledger's total is raised to base + owed whatever the
+--     bucket holds: owed is the cost the instance admitted without a
+--     grant (its failure policy's, while Redis could not be asked), on top
+--     of the grants it heard of (base), which a failover may have lost.
+--     It is taken from the bucket as of age ago, when the first of it was
+--     admitted (a bucket full meanwhile takes it out of refill it could
+--     not hold), and into debt if need be, so what was admitted is paid
+--     for once, and no more.
 --   report ("o"): value = tokens the instance has admitted in all. What is
 --     above the ledger's total is debited from the bucket, which may go into
 --     debt at most one burst (or the budget, if more) deep, so
 --     over-admission is paid back by later denials instead of forgotten.
+--     Of value's increase, owed is debited as of age ago, as in reserve
+--     mode.
 --     The reply also carries the allowance the instance may admit before
 --     its next report. With an overshoot budget (ARGV per key, >= 0) the
 --     allowances of all instances, each recorded in a hash until it
@@ -50,8 +60,8 @@
 -- ARGV[3]     mode: "r" or "o".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
--- ARGV[5+i]  the message of key i: nine integers in decimal, separated
---             by one space (one argument rather than nine: Redis turns
+-- ARGV[5+i]  the message of key i: eleven integers in decimal, separated
+--             by one space (one argument rather than eleven: Redis turns
 --             every argument into a Lua string, which cost more than
 --             parsing this one):
 --             rate (tokens per period), period (us), burst (tokens),
@@ -65,7 +75,10 @@
 --             budget (report mode: overshoot budget in tokens, or -1),
 --             held (report mode: allowance the instance held unspent when
 --                   it sent the message; -1 when it is closing and wants
---                   none).
+--                   none),
+--             owed (tokens the instance admitted while Redis could not be
+--                   asked, not yet acknowledged; see the modes),
+--             age (microseconds since the first of owed was admitted).
 -- Reply: a flat array, eight integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
@@ -156,32 +169,85 @@ local function prune(bkey)
   end
 end
 
--- parse returns the nine integers of a message, or raises a script error.
+-- parse returns the eleven integers of a message, or raises a script error.
 local function parse(i)
   local m = ARGV[5 + i]
-  local a, b, c, d, e, f, g, h, k = string.match(m or '',
-    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  local a, b, c, d, e, f, g, h, k, n, o = string.match(m or '',
+    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) (%d+) (%d+)$')
   if not a then
     error('ARGV[' .. (5 + i) .. '] is not a message: ' .. tostring(m))
   end
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e),
-    tonumber(f), tonumber(g), tonumber(h), tonumber(k)
+    tonumber(f), tonumber(g), tonumber(h), tonumber(k), tonumber(n), tonumber(o)
+end
+
+-- A bucket's state for one message: tat, its time as stored (0 for an
+-- absent bucket), so that one not ahead of now says since when the bucket
+-- has been full; and the last full stretch a charge ended, from fs to fg
+-- (nil when none is known), whose refill, which the full bucket could not
+-- hold, pays for tokens admitted then and reported late.
+local function state(raw, f)
+  local b = {tat = tonumber(raw) or 0}
+  if f then
+    local s, g = string.match(f, '^(%S+) (%S+)$')
+    b.fs, b.fg = tonumber(s), tonumber(g)
+  end
+  return b
+end
+
+-- ahead returns the bucket's time, never before now: the time it holds its
+-- burst again, now for a full bucket.
+local function ahead(b)
+  return math.max(b.tat, now)
+end
+
+-- take charges n tokens now (a grant, a report), recording the full
+-- stretch it ends.
+local function take(b, n, interval)
+  if n <= 0 then return end
+  if b.tat <= now then
+    b.fs, b.fg, b.stretch = b.tat, now, true
+  end
+  b.tat = later(ahead(b), n * interval)
+end
+
+-- owe charges n tokens admitted since since, before now: as if all at its
+-- start, so never more than they took. If the bucket was full since before
+-- then, they come out of the refill it could not hold since; if it is not
+-- full now, out of the last full stretch's, as far as that reaches; the
+-- rest is taken now, into debt if need be.
+local function owe(b, n, since, interval)
+  if b.tat <= now then
+    local from = math.max(b.tat, since)
+    local t = later(from, n * interval)
+    if t > now then
+      b.fs, b.fg, b.stretch = b.tat, from, true
+    end
+    b.tat = t
+  elseif b.fg and since < b.fg then
+    local t = later(math.max(b.fs, since), n * interval)
+    if t > b.fg then
+      b.tat, t = later(b.tat, t - b.fg), b.fg
+    end
+    b.fs, b.stretch = t, true
+  else
+    b.tat = later(b.tat, n * interval)
+  end
 end
 
 for i = 1, #KEYS / 2 do
   local bkey, akey = KEYS[2 * i - 1], KEYS[2 * i]
-  local rate, period, burst, seq, epoch, base, value, budget, held = parse(i)
+  local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
-  local got = redis.call('HMGET', bkey, 't', lfield, 'x')
+  local got = redis.call('HMGET', bkey, 't', lfield, 'x', 'f')
   local raw, l, x = got[1], got[2], got[3]
   local moved_s, moved_gen = 0, 0
   if raw and string.byte(raw, 1) == 109 then -- 'm'
     local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
     moved_s, moved_gen = tonumber(s), tonumber(g)
   end
-  local tat = moved_s == 0 and tonumber(raw) or now
-  if tat < now then tat = now end
+  local b = state(moved_s == 0 and raw, got[4])
 
   local lseq, total = 0, base
   if l then
@@ -191,29 +257,43 @@ for i = 1, #KEYS / 2 do
   end
   local fresh = seq > lseq and moved_s == 0
   if fresh then
+    if reserve and base + owed > total then
+      owe(b, base + owed - total, now - age, interval)
+      total = base + owed
+    end
     if reserve and value < total then
-      tat = math.max(now, later(tat, -(total - value) * interval))
+      -- Tokens handed back: the bucket holds them again, a full one
+      -- having been full since then.
+      b.tat = later(ahead(b), -(total - value) * interval)
       total = value
     elseif reserve and value > total then
-      local grant = math.min(value - total, math.max(available(tat, tolerance, interval), 0))
-      tat = later(tat, grant * interval)
+      local grant = math.min(value - total, math.max(available(ahead(b), tolerance, interval), 0))
+      take(b, grant, interval)
       total = total + grant
     elseif not reserve and value > total then
+      local back = math.min(owed, value - total)
+      if back > 0 then
+        owe(b, back, now - age, interval)
+      end
+      take(b, value - total - back, interval)
       -- The debt is kept as deep as admissions can go: a burst, or the
       -- budget when that is more; forgiven past it, a budget above one
       -- burst was handed out again once a burst had refilled.
-      tat = math.min(later(tat, (value - total) * interval), now + tolerance + math.max(tolerance, budget * interval))
+      b.tat = math.min(b.tat, now + tolerance + math.max(tolerance, budget * interval))
       total = value
     end
     if not l then prune(bkey) end
     -- %d, not %.0f: the same digits for these integers, at a third of
     -- the cost.
     local w = {'HSET', bkey, lfield, string.format('%d %d %d %d', seq, epoch, total, now_s)}
-    local t = tat_text(tat, now, raw)
+    local t = tat_text(b.tat, raw)
     if t then
       w[5], w[6] = 't', t
     end
-    local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(tat - now)), floor_div(ledger_ttl, 2))
+    if b.stretch then
+      w[#w + 1], w[#w + 2] = 'f', string.format('%.17g %.17g', b.fs, b.fg)
+    end
+    local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(ahead(b) - now)), floor_div(ledger_ttl, 2))
     if until_ms then
       w[#w + 1], w[#w + 2] = 'x', string.format('%d', until_ms)
     end
@@ -223,6 +303,7 @@ for i = 1, #KEYS / 2 do
       redis.call('PEXPIRE', bkey, until_ms - now_ms)
     end
   end
+  local tat = ahead(b)
   local remaining = math.max(0, available(tat, tolerance, interval))
   if moved_s > 0 then remaining = 0 end
   local allowance = 0

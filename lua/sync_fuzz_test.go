@@ -16,9 +16,12 @@ import (
 // per interval up to the burst (a missing bucket is full); per key and
 // instance a ledger that applies a message only if its sequence number is
 // above the last applied one, and takes the instance's word (base) for the
-// total when the ledger is missing or of another epoch. A message asking
-// for more than the total is granted what whole tokens the bucket holds; one
-// asking for less hands the difference back. FuzzSyncScript plays random
+// total when the ledger is missing or of another epoch. A message first
+// raises the total to base + owed whatever the bucket holds, into debt if
+// need be, taking the difference as of age ago: from a full bucket then
+// (refilled since, never above the burst), or now if the bucket has not been
+// full since; then one asking for more than the total is granted what whole
+// tokens the bucket holds, and one asking for less hands the difference back. FuzzSyncScript plays random
 // sequences of messages, duplicated, held back and reordered, batched or
 // alone, with instance restarts, against both and requires identical
 // replies.
@@ -37,21 +40,79 @@ type syncLedger struct{ seq, epoch, total int64 }
 
 type syncBucket struct {
 	rate, periodUS, burst int64
-	level                 *big.Rat // nil: full
-	at                    int64
-	ledgers               map[string]syncLedger
+	// tat is when the bucket holds its burst again (us, exact): not ahead
+	// of now, since when it has been full; nil while never written, full
+	// since ever. fs, fg: the last full stretch a charge ended, or nil.
+	tat, fs, fg *big.Rat
+	ledgers     map[string]syncLedger
 }
 
+func (b *syncBucket) interval() *big.Rat { return new(big.Rat).SetFrac64(b.periodUS, b.rate) }
+
+// at returns tat, 0 for a bucket never written.
+func (b *syncBucket) at() *big.Rat {
+	if b.tat == nil {
+		return rat(0)
+	}
+	return b.tat
+}
+
+func (b *syncBucket) ahead(now int64) *big.Rat { return maxRat(b.at(), rat(now)) }
+
+// tokens returns the bucket's level at now: the burst less what its time
+// ahead of now is worth, negative in debt.
 func (b *syncBucket) tokens(now int64) *big.Rat {
-	full := rat(b.burst)
-	if b.level == nil {
-		return full
+	owed := new(big.Rat).Quo(new(big.Rat).Sub(b.ahead(now), rat(now)), b.interval())
+	return new(big.Rat).Sub(rat(b.burst), owed)
+}
+
+// plus returns t + n intervals.
+func (b *syncBucket) plus(t *big.Rat, n int64) *big.Rat {
+	return new(big.Rat).Add(t, new(big.Rat).Mul(rat(n), b.interval()))
+}
+
+func maxRat(a, b *big.Rat) *big.Rat {
+	if a.Cmp(b) >= 0 {
+		return a
 	}
-	l := new(big.Rat).Add(b.level, new(big.Rat).SetFrac64((now-b.at)*b.rate, b.periodUS))
-	if l.Cmp(full) > 0 {
-		return full
+	return b
+}
+
+// take charges n tokens at now, recording the full stretch it ends.
+func (b *syncBucket) take(now, n int64) {
+	if n <= 0 {
+		return
 	}
-	return l
+	if b.at().Cmp(rat(now)) <= 0 {
+		b.fs, b.fg = b.at(), rat(now)
+	}
+	b.tat = b.plus(b.ahead(now), n)
+}
+
+// owe charges n tokens admitted since since as if all at since: out of a
+// full bucket then, refilled since (a charge that empties it ends its full
+// stretch there); or, for a bucket not full now, out of the refill of the
+// last full stretch, as far as it reaches, the rest taken now.
+func (b *syncBucket) owe(now, since, n int64) {
+	s := rat(since)
+	switch {
+	case b.at().Cmp(rat(now)) <= 0:
+		from := maxRat(b.at(), s)
+		t := b.plus(from, n)
+		if t.Cmp(rat(now)) > 0 {
+			b.fs, b.fg = b.at(), from
+		}
+		b.tat = t
+	case b.fg != nil && s.Cmp(b.fg) < 0:
+		t := b.plus(maxRat(b.fs, s), n)
+		if t.Cmp(b.fg) > 0 {
+			b.tat = new(big.Rat).Add(b.tat, new(big.Rat).Sub(t, b.fg))
+			t = b.fg
+		}
+		b.fs = t
+	default:
+		b.tat = b.plus(b.tat, n)
+	}
 }
 
 func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
@@ -74,43 +135,45 @@ func floorRat(r *big.Rat) int64 {
 
 // syncMsg is one reserve message of one instance about one key.
 type syncMsg struct {
-	key                     int
-	id                      string
-	seq, epoch, base, value int64
+	key                                  int
+	id                                   string
+	seq, epoch, base, value, owed, ageUS int64
 }
 
 // apply runs one message at now and returns the reply the script must give:
 // total, remaining, retry_us, reset_us, allowance.
 func (b *syncBucket) apply(now int64, m syncMsg) [5]int64 {
-	level := b.tokens(now)
 	l, ok := b.ledgers[m.id]
 	total := m.base
 	if ok && l.epoch == m.epoch {
 		total = l.total
 	}
 	if !ok || m.seq > l.seq {
+		if m.base+m.owed > total { // admitted without a grant: taken, into debt
+			b.owe(now, now-m.ageUS, m.base+m.owed-total)
+			total = m.base + m.owed
+		}
 		switch {
 		case m.value < total: // hand back
-			level.Add(level, rat(total-m.value))
-			if level.Cmp(rat(b.burst)) > 0 {
-				level = rat(b.burst)
-			}
+			b.tat = b.plus(b.ahead(now), -(total - m.value))
 			total = m.value
 		case m.value > total: // whole tokens, as many as there are
-			grant := min(m.value-total, max(floorRat(level), 0))
-			level.Sub(level, rat(grant))
+			grant := min(m.value-total, max(floorRat(b.tokens(now)), 0))
+			b.take(now, grant)
 			total += grant
 		}
+		if b.tat != nil && b.tat.Sign() <= 0 {
+			b.tat = nil // at 0, as never written
+		}
 		b.ledgers[m.id] = syncLedger{m.seq, m.epoch, total}
-		b.level, b.at = level, now
 	}
-	interval := new(big.Rat).SetFrac64(b.periodUS, b.rate)
+	level := b.tokens(now)
 	remaining := max(floorRat(level), 0)
 	var retry int64
 	if remaining < 1 {
-		retry = ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(1), level), interval))
+		retry = ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(1), level), b.interval()))
 	}
-	reset := ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(b.burst), level), interval))
+	reset := ceilRat(new(big.Rat).Mul(new(big.Rat).Sub(rat(b.burst), level), b.interval()))
 	return [5]int64{total, remaining, retry, reset, 0}
 }
 
@@ -123,13 +186,17 @@ type syncInstance struct {
 	seq   *int64
 }
 
-func (in *syncInstance) compose(key int, delta int64) syncMsg {
+// compose returns the instance's next message about key: a total delta
+// away from the acknowledged one, and owed tokens admitted without a grant
+// since ageUS ago.
+func (in *syncInstance) compose(key int, delta, owed, ageUS int64) syncMsg {
 	*in.seq++
 	if in.epoch[key] == 0 {
 		in.epoch[key] = *in.seq
 		*in.seq++
 	}
-	return syncMsg{key: key, id: in.id, seq: *in.seq, epoch: in.epoch[key], base: in.acked[key], value: max(in.acked[key]+delta, 0)}
+	return syncMsg{key: key, id: in.id, seq: *in.seq, epoch: in.epoch[key], base: in.acked[key],
+		value: max(in.acked[key]+delta, 0), owed: owed, ageUS: ageUS}
 }
 
 // syncLimits have whole-microsecond intervals that are multiples of syncGrid.
@@ -143,6 +210,9 @@ func FuzzSyncScript(f *testing.F) {
 	// A partial grant, a refill, then the same message again: applied
 	// twice it would be granted what refilled.
 	f.Add(uint8(0), []byte{1, 26, 1, 26, 0, 2, 4, 1})
+	// Tokens admitted without a grant, reported, and the report repeated:
+	// taken once, into debt.
+	f.Add(uint8(0), []byte{1, 0x50, 7, 0x15, 4, 0, 0, 1, 1, 0x2d})
 	// An older message arriving after a newer one that returned tokens.
 	f.Add(uint8(0), []byte{2, 26, 1, 22, 3, 0, 0, 1, 1, 26})
 	f.Add(uint8(0), []byte{1, 0x21, 1, 0x25, 0, 2, 1, 0x1d, 4, 0, 1, 0x03, 6, 0, 1, 0x31})
@@ -192,7 +262,7 @@ func FuzzSyncScript(f *testing.F) {
 				b := buckets[m.key]
 				ks = append(ks, keysOf(m.key)...)
 				args = append(args, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
-					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1}.String())
+					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1, Owed: m.owed, AgeUS: m.ageUS}.String())
 			}
 			reply, err := Sync.Run(ctx, c, ks, args...)
 			if err != nil {
@@ -226,7 +296,7 @@ func FuzzSyncScript(f *testing.F) {
 			}
 		}
 		for i := 0; i+1 < len(ops); i += 2 {
-			kind, arg := ops[i]%7, ops[i+1]
+			kind, arg := ops[i]%8, ops[i+1]
 			in := instances[arg&1]
 			key := int(arg>>1) & 1
 			delta := func() int64 {
@@ -237,9 +307,9 @@ func FuzzSyncScript(f *testing.F) {
 			case 0: // the clock moves
 				now += int64(arg%5) * syncGrid
 			case 1: // a message, delivered at once
-				call(i, in.compose(key, delta()))
+				call(i, in.compose(key, delta(), 0, 0))
 			case 2: // a message held back
-				held = append(held, in.compose(key, delta()))
+				held = append(held, in.compose(key, delta(), 0, 0))
 			case 3: // a held message arrives, out of order
 				if len(held) > 0 {
 					j := int(arg) % len(held)
@@ -264,6 +334,10 @@ func FuzzSyncScript(f *testing.F) {
 				call(i, batch...)
 			case 6: // the instance restarts: new epochs, nothing acknowledged
 				in.epoch, in.acked = [2]int64{}, [2]int64{}
+			case 7: // tokens admitted while Redis could not be asked, reported
+				owed := int64(arg>>2) % (2*buckets[key].burst + 1)
+				age := int64(arg>>4) % 6 * syncGrid
+				call(i, in.compose(key, delta(), owed, age))
 			}
 		}
 		noTTL, _ := redistest.KeysWithoutTTL(t, c, prefix)

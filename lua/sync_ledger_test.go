@@ -129,3 +129,71 @@ func TestSyncSmallGrantsAtHighRates(t *testing.T) {
 	}
 	t.Logf("%d of 1,000 granted in single tokens; %d again after returning them", granted, total)
 }
+
+// TestSyncOwedTaken checks what a reserve message's owed cost does (the
+// message's value counts it, as the instance's issued total does): Redis
+// takes it whatever the bucket holds, into debt, once however often the
+// message is repeated, as of when it was admitted, so that a bucket full
+// meanwhile pays for it out of the refill it could not hold (even when
+// another instance's grant has ended its full stretch since: that
+// stretch's refill pays), and a bucket that was not full pays all of it; a
+// later message owing more takes only the difference.
+func TestSyncOwedTaken(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	ctx := t.Context()
+	p := redistest.Prefix(t)
+	const sec = 1_000_000 // us
+	now := int64(1_800_000_000_000_000)
+	var seq int64
+	for _, tt := range []struct {
+		name                     string
+		key, id                  string
+		advanceUS                int64 // before the message
+		again                    bool  // the previous message, repeated
+		base, value, owed, ageUS int64
+		total, remaining, retry  int64
+	}{
+		// 10 a second, burst 10.
+		{"a: the whole burst granted", "a", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"a: 5 admitted unasked, just now: into debt", "a", "i0", 0, false, 10, 15, 5, 0, 15, 0, 6 * sec / 10},
+		{"a: the same message again: nothing more", "a", "i0", 0, true, 10, 15, 5, 0, 15, 0, 6 * sec / 10},
+		{"a: 3 more owed, 2 asked for: the 3 only", "a", "i0", 0, false, 15, 20, 3, 0, 18, 0, 9 * sec / 10},
+		{"a: nothing owed: nothing taken", "a", "i0", 0, false, 18, 18, 0, 0, 18, 0, 9 * sec / 10},
+		// A full bucket, 12 admitted unasked over the last 3 s: taken as of
+		// then, they came out of refill; 10 left now.
+		{"b: owed since a full bucket's refill", "b", "i0", 0, false, 0, 12, 12, 3 * sec, 12, 10, 0},
+		// 25 over the last 1 s from a full bucket: 10 + 10 refilled, 5 short.
+		{"c: more than burst and refill", "c", "i0", 0, false, 0, 25, 25, sec, 25, 0, 6 * sec / 10},
+		// Drained, then half a second on 4 owed since it was drained: 5
+		// refilled meanwhile, 4 of them taken.
+		{"d: drained", "d", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"d: 4 owed since, half a second on", "d", "i0", sec / 2, false, 10, 14, 4, sec / 2, 14, 1, 0},
+		// A full bucket; three instances report what their fallbacks
+		// admitted over the last 2 s, the first also asking 4 now, which
+		// ends the bucket's full stretch: the others' reports come out of
+		// that stretch's refill, as far as it reaches.
+		{"e: 6 owed over 2 s, 4 granted", "e", "i0", 0, false, 0, 10, 6, 2 * sec, 10, 6, 0},
+		{"e: 6 more owed over 2 s: out of the stretch", "e", "i1", 0, false, 0, 6, 6, 2 * sec, 6, 6, 0},
+		{"e: 10 more over 1 s: 8 from the stretch, 2 now", "e", "i2", 0, false, 0, 10, 10, sec, 10, 4, 0},
+	} {
+		keys := []string{p + "{o}:b:" + tt.key, p + "{o}:a:" + tt.key}
+		now += tt.advanceUS
+		if !tt.again {
+			seq++
+		}
+		msg := SyncMsg{Rate: 10, PeriodUS: sec, Burst: 10, Seq: seq, Epoch: 1, Base: tt.base, Value: tt.value, Budget: -1, Owed: tt.owed, AgeUS: tt.ageUS}
+		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", tt.id, 1_000, msg.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := DecodeInts(reply, SyncReplyLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r[0] != tt.total || r[1] != tt.remaining || r[2] != tt.retry {
+			t.Errorf("%s: total %d, remaining %d, retry %dus; want %d, %d, %dus", tt.name, r[0], r[1], r[2], tt.total, tt.remaining, tt.retry)
+		}
+	}
+	redistest.CheckTTLs(t, c, p)
+}

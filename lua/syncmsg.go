@@ -27,14 +27,20 @@ type SyncMsg struct {
 	Seq, Epoch            int64 // the message's sequence number, the state's first
 	Base, Value           int64 // the total last heard, the total stated
 	Budget, Held          int64 // report mode: overshoot budget, allowance held
+	// Owed is the cost admitted without a grant, not yet acknowledged,
+	// taken from the bucket as of AgeUS microseconds ago.
+	Owed, AgeUS int64
 }
 
-// Append appends m as sync.lua reads it, nine decimal integers separated by
+// syncMsgFields is the number of integers in a message.
+const syncMsgFields = 11
+
+// Append appends m as sync.lua reads it, eleven decimal integers separated by
 // single spaces, and returns the extended buffer. Building every message of
-// a call into one buffer, rather than passing nine boxed integers, is what
+// a call into one buffer, rather than passing eleven boxed integers, is what
 // keeps a round's cost per key low on both sides.
 func (m SyncMsg) Append(b []byte) []byte {
-	for i, v := range [...]int64{m.Rate, m.PeriodUS, m.Burst, m.Seq, m.Epoch, m.Base, m.Value, m.Budget, m.Held} {
+	for i, v := range [syncMsgFields]int64{m.Rate, m.PeriodUS, m.Burst, m.Seq, m.Epoch, m.Base, m.Value, m.Budget, m.Held, m.Owed, m.AgeUS} {
 		if i > 0 {
 			b = append(b, ' ')
 		}
@@ -48,12 +54,12 @@ func (m SyncMsg) String() string { return string(m.Append(nil)) }
 
 // ParseSyncMsg parses a message that Append wrote.
 func ParseSyncMsg(s string) (SyncMsg, error) {
-	var v [9]int64
+	var v [syncMsgFields]int64
 	rest := s
 	for i := range v {
 		field, tail, found := strings.Cut(rest, " ")
 		if found != (i < len(v)-1) {
-			return SyncMsg{}, fmt.Errorf("lua: sync message %q: want 9 integers", s)
+			return SyncMsg{}, fmt.Errorf("lua: sync message %q: want %d integers", s, syncMsgFields)
 		}
 		n, err := strconv.ParseInt(field, 10, 64)
 		if err != nil {
@@ -61,7 +67,7 @@ func ParseSyncMsg(s string) (SyncMsg, error) {
 		}
 		v[i], rest = n, tail
 	}
-	return SyncMsg{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}, nil
+	return SyncMsg{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]}, nil
 }
 
 // Processor runs or queues a command: a client or a pipeline.

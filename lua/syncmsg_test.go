@@ -12,19 +12,19 @@ import (
 func TestSyncMsgRoundTrip(t *testing.T) {
 	for _, m := range []SyncMsg{
 		{},
-		{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: 1_700_000_000_000_001, Epoch: 1_700_000_000_000_000, Base: 12, Value: 18, Budget: -1, Held: -1},
-		{Rate: maxExact - 1, PeriodUS: maxExact - 1, Burst: maxExact - 1, Seq: maxExact - 1, Epoch: 1, Base: maxExact - 1, Value: 0, Budget: 5, Held: 7},
+		{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: 1_700_000_000_000_001, Epoch: 1_700_000_000_000_000, Base: 12, Value: 18, Budget: -1, Held: -1, Owed: 15, AgeUS: 2_000_000},
+		{Rate: maxExact - 1, PeriodUS: maxExact - 1, Burst: maxExact - 1, Seq: maxExact - 1, Epoch: 1, Base: maxExact - 1, Value: 0, Budget: 5, Held: 7, Owed: maxExact - 1, AgeUS: maxExact - 1},
 	} {
 		s := m.String()
-		if strings.ContainsAny(s, "e+.") || strings.Count(s, " ") != 8 {
-			t.Errorf("%+v.String() = %q, want nine plain integers", m, s)
+		if strings.ContainsAny(s, "e+.") || strings.Count(s, " ") != syncMsgFields-1 {
+			t.Errorf("%+v.String() = %q, want eleven plain integers", m, s)
 		}
 		got, err := ParseSyncMsg(s)
 		if err != nil || got != m {
 			t.Errorf("ParseSyncMsg(%q) = %+v, %v; want %+v", s, got, err, m)
 		}
 	}
-	for _, s := range []string{"", "1 2 3", "1 2 3 4 5 6 7 8 9 10", "1 2 3 4 5 6 7 8 x", "1  2 3 4 5 6 7 8 9"} {
+	for _, s := range []string{"", "1 2 3", "1 2 3 4 5 6 7 8 9 10", "1 2 3 4 5 6 7 8 9 10 11 12", "1 2 3 4 5 6 7 8 9 10 x", "1  2 3 4 5 6 7 8 9 10 11"} {
 		if m, err := ParseSyncMsg(s); err == nil {
 			t.Errorf("ParseSyncMsg(%q) = %+v, want an error", s, m)
 		}
@@ -38,7 +38,7 @@ func TestSyncBadMessage(t *testing.T) {
 	c := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	keys := []string{p + "{s}:b", p + "{s}:a"}
-	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 x", "1 1000000 1 5 5 0 -1 -1 0"} {
+	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 0 0 x", "1 1000000 1 5 5 0 -1 -1 0 0 0", "1 1000000 1 5 5 0 1 -1 0 0", "1 1000000 1 5 5 0 1 -1 0 -1 0", "1 1000000 1 5 5 0 1 -1 0 0 -1"} {
 		_, err := Sync.Run(t.Context(), c, keys, 0, 60_000, "r", "i", 1_000, msg)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {
 			t.Errorf("message %q: error %v, want a script error", msg, err)
