@@ -491,7 +491,7 @@ func (h *hybrid) start(k int, t int64) {
 // the instances, and where the Redis commands went.
 type Diagnostics struct {
 	Rounds, RoundErrors, Fetches, Messages, ScriptCalls, Waits uint64
-	DeniedRemote, DeniedLocal, Overspent                       uint64
+	DeniedRemote, DeniedLocal                                  uint64
 	FallbackAllowed, FallbackDenied, Evictions, BreakerOpens   uint64
 	// Phases counts the commands sent in each Phase.
 	Phases [phases]int64
@@ -513,7 +513,6 @@ func (d *Diagnostics) add(s hlsync.Stats) {
 	d.Waits += s.Waits
 	d.DeniedRemote += s.DeniedRemote
 	d.DeniedLocal += s.DeniedLocal
-	d.Overspent += s.Overspent
 	d.FallbackAllowed += s.FallbackAllowed
 	d.FallbackDenied += s.FallbackDenied
 	d.Evictions += s.Evictions

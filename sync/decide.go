@@ -37,11 +37,13 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	deadline := l.cfg.clock.Now().Add(l.cfg.maxWait)
 	src := hybridlimit.SourceLocal // until a fetch this decision waits for is answered
 	waited := false                // counted in Stats.Waits, once a decision
+	var failed error               // the last fetch's, if it failed
 	for fetches := 0; ; fetches++ {
 		e, err := l.entry(key, limit, shards)
 		if err != nil {
-			return l.degraded(now, key, limit, cost), nil
+			return l.degraded(nil, now, key, limit, cost), nil
 		}
+		home := e
 		if m := e.maxCost(limit); cost > m { // whatever the allowance at hand could pay
 			return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
 				hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
@@ -63,10 +65,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			l.stats.deniedRemote.Inc()
 			return denied(limit, time.Duration(until-l.nanos(now)), src), nil
 		}
-		if l.breaker.isOpen() {
-			return l.degraded(now, key, limit, cost), nil
+		gaveUp := fetches == maxFetches || !l.cfg.clock.Now().Before(deadline)
+		if l.unreachable(e, failed != nil || gaveUp) {
+			// Not a denial of the limit's: the failure policy decides.
+			return l.degraded(home, now, key, limit, cost), nil
 		}
-		if (l.cfg.mode == Optimistic && e.synced.Load()) || fetches == maxFetches || !l.cfg.clock.Now().Before(deadline) || l.emptied(e, now) {
+		if (l.cfg.mode == Optimistic && e.synced.Load()) || gaveUp || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0)
 			l.stats.deniedLocal.Inc()
@@ -77,17 +81,35 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			l.stats.waits.Add(1)
 			waited = true
 		}
-		err = l.fetch(ctx, deadline)
+		failed = l.fetch(ctx, deadline)
 		if ctx.Err() != nil {
 			return hybridlimit.Result{}, ctx.Err()
 		}
-		if err != nil && l.breaker.isOpen() {
-			return l.degraded(now, key, limit, cost), nil
-		}
-		if err == nil {
+		if failed == nil {
 			src = hybridlimit.SourceGlobal
 		}
 	}
+}
+
+// unreachable reports whether Redis cannot be asked for e's key: its
+// node's breaker is open; or the decision's fetches failed or it gives up
+// on them (stuck) while e's message got no reply, still waits for one, or
+// waits to be sent; or, in Optimistic mode, which does not fetch for a key
+// it has synced, e's last message got no reply.
+func (l *Limiter) unreachable(e *entry, stuck bool) bool {
+	if l.nodes.of(int(e.group)).breaker.isOpen() {
+		return true
+	}
+	fetchless := l.cfg.mode == Optimistic && e.synced.Load()
+	if !stuck && !fetchless {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fetchless {
+		return e.unacked
+	}
+	return e.unacked || e.inflight || e.flagged || !e.synced.Load()
 }
 
 // emptied reports whether Redis said e's bucket was empty less than a
@@ -215,6 +237,7 @@ func (l *Limiter) part(key string, limit hybridlimit.Limit, j int, at layout) (*
 // layout at. A home entry in a layout a reshard made stays as it is
 // whatever the configuration says: the key's layout is what Redis says.
 func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
+	var owed, since int64 // the debt of an entry dropped for another shard count
 	for {
 		if e := t.get(name); e != nil {
 			if e.dead.Load() {
@@ -224,8 +247,12 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			if e.gen == 0 && int(e.shards) != at.shards {
 				// The key's shard count changed with its limit or the
 				// configuration: start afresh. What the old entry holds
-				// unspent goes unused, an undershoot of at most its lease.
-				l.drop(t, e)
+				// unspent goes unused, an undershoot of at most its lease;
+				// what it owes the new one reports.
+				o, s := l.drop(t, e)
+				if o > 0 {
+					owed, since = owed+o, s
+				}
 				continue
 			}
 			if *e.limit.Load() != limit {
@@ -250,6 +277,15 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 		if created {
 			l.tracked.Add(1)
 			l.sched.at(e, l.nanos(now))
+		}
+		if owed > 0 {
+			l.lock(e)
+			if !e.dead.Load() {
+				e.issued += owed
+				l.debts.add(e, owed, since)
+				owed = 0
+			}
+			l.unlock(e)
 		}
 		if !e.dead.Load() {
 			return e, nil
@@ -367,7 +403,6 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 		if err != nil {
 			l.cfg.logger.Debug("sync: fetch failed", "err", err)
 		}
-		l.breaker.record(l.cfg.clock.Now(), err)
 		return nil, err
 	})
 	if _, real := l.cfg.clock.(systemClock); !real {
@@ -389,7 +424,7 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timer.C:
-		// Only the round's own outcome counts for the breaker: a
+		// Only the round's own outcome counts for the breakers: a
 		// decision's patience says nothing certain about Redis.
 		return errFetchTimeout
 	}
@@ -410,8 +445,9 @@ func (l *Limiter) takeFlagged() []*entry {
 	return es
 }
 
-// degraded decides by the failure policy.
-func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, cost int64) hybridlimit.Result {
+// degraded decides by the failure policy for key, whose home entry is e
+// (nil when the table is full).
+func (l *Limiter) degraded(e *entry, now time.Time, key string, limit hybridlimit.Limit, cost int64) hybridlimit.Result {
 	switch l.cfg.policy {
 	case FailOpen:
 		l.stats.failOpen.Add(1)
@@ -421,18 +457,27 @@ func (l *Limiter) degraded(now time.Time, key string, limit hybridlimit.Limit, c
 		return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
 	}
 	share := l.share(limit)
-	if cost > share.Burst {
+	var r hybridlimit.Result
+	var err error
+	switch {
+	case cost > share.Burst:
 		l.stats.fallbackDenied.Add(1)
 		return denied(limit, share.Refill(), hybridlimit.SourceFallback)
+	case e == nil:
+		// No entry to remember the cost by: a bucket of the share keyed by
+		// the key, which no round reports to Redis.
+		r, err = l.fallback.AllowN(key, now, share, cost)
+	default:
+		r, err = l.spendShare(e, share, now, cost)
 	}
-	r, err := l.fallback.AllowN(key, now, share, cost)
-	if err != nil || !r.Allowed {
+	if err != nil {
 		l.stats.fallbackDenied.Add(1)
-		if err != nil {
-			return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
-		}
-	} else {
+		return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
+	}
+	if r.Allowed {
 		l.stats.fallbackAllowed.Add(1)
+	} else {
+		l.stats.fallbackDenied.Add(1)
 	}
 	r.Limit, r.Source = limit, hybridlimit.SourceFallback
 	return r

@@ -94,13 +94,15 @@ func TestDurableSync(t *testing.T) {
 
 // TestDurableSyncCluster runs durable sync on the 3+3 cluster, where each
 // node's calls go through that node's client with WAIT: the budget is
-// admitted exactly, and no call fails for want of replicas.
+// admitted exactly (failing closed, so that a fetch slow on a loaded
+// machine denies rather than falls back), and no call fails for want of
+// replicas.
 func TestDurableSyncCluster(t *testing.T) {
 	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)
 	ls := newLimiters(t, 3, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-		hlsync.WithDurableSync(1, 500*time.Millisecond), split(3))
+		hlsync.WithDurableSync(1, 500*time.Millisecond), split(3), hlsync.WithFailurePolicy(hlsync.FailClosed))
 	const burst = 900
 	limit := frozen(burst)
 	admitted, err := hammer(ls, 4, "hot", limit, burst, 100*time.Millisecond)

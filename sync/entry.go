@@ -49,12 +49,13 @@ type entry struct {
 	denyUntil atomic.Int64  // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
 	mu       stdsync.Mutex // guards the fields below; never held across I/O
-	issued   int64         // allowance handed to avail in all
+	issued   int64         // allowance handed to avail in all, and the cost the failure policy admitted (see debt)
 	acked    int64         // the ledger's total as last heard from Redis
 	group    int32         // the slot group of the entry's keys in Redis; set at creation
 	inflight bool          // a message for this entry awaits its reply
 	unacked  bool          // the last message got no reply: Redis may hold more than acked says
 	flagged  bool          // on the limiter's list of entries wanting an early sync
+	owes     bool          // has a debt (see debt), in the limiter's debts
 	sent     int64         // Optimistic: consumption carried by the message in flight
 	sentAt   int64         // when the message in flight was prepared, ns of the limiter's clock, as are the times below
 	grantAt  int64         // Optimistic: when the message that brought the allowance was prepared

@@ -117,8 +117,8 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 				}
 				for _, l := range ls {
 					t.Logf("%s: %+v", l.InstanceID(), l.Stats())
-					if s := l.Stats(); s.Overspent != 0 {
-						t.Errorf("%s: Overspent = %d", l.InstanceID(), s.Overspent)
+					if s := l.Stats(); s.Owed != 0 {
+						t.Errorf("%s: Owed = %d after Close", l.InstanceID(), s.Owed)
 					}
 				}
 			})

@@ -41,8 +41,8 @@ import (
 //     demand: the test asserts the over-admission is at most what all
 //     instances admitted in the 4 intervals before the kill, plus their
 //     minimum leases. No decision returns an error, no count goes
-//     negative, Overspent stays 0 or within the same bound, and every
-//     limiter syncs again within a few seconds of the promotion.
+//     negative, and every limiter syncs again within a few seconds of the
+//     promotion.
 func TestFailover(t *testing.T) {
 	redistest.NoLeaksAfterKill(t)
 	cl := redistest.NewClusterWith(t, "cluster-node-timeout 500")
@@ -147,8 +147,8 @@ func TestFailover(t *testing.T) {
 		// for about that long: the failure policy decides meanwhile.
 		s := l.Stats()
 		t.Logf("manual failover: %s: breaker open %v in all, %d opens, %d rounds with errors", l.InstanceID(), s.BreakerOpenFor, s.BreakerOpens, s.RoundErrors)
-		if s.BreakerOpenFor > took+10*interval || s.Overspent != 0 {
-			t.Errorf("manual failover: %s: breaker open for %v (failover took %v), Overspent = %d, want 0", l.InstanceID(), s.BreakerOpenFor, took, s.Overspent)
+		if s.BreakerOpenFor > took+10*interval {
+			t.Errorf("manual failover: %s: breaker open for %v (failover took %v)", l.InstanceID(), s.BreakerOpenFor, took)
 		}
 	}
 
@@ -178,11 +178,9 @@ func TestFailover(t *testing.T) {
 	over = admittedA + admittedB + left - burst
 	_, lastMoments := res.Admitted(killAt.Add(-4*interval), killAt)
 	bound := lastMoments + n*8
-	var overspent uint64
 	for _, l := range ls {
 		s := l.Stats()
-		overspent += s.Overspent
-		t.Logf("%s: breaker open %v in all, %d opens, %d rounds with errors, overspent %d", l.InstanceID(), s.BreakerOpenFor, s.BreakerOpens, s.RoundErrors, s.Overspent)
+		t.Logf("%s: breaker open %v in all, %d opens, %d rounds with errors", l.InstanceID(), s.BreakerOpenFor, s.BreakerOpens, s.RoundErrors)
 	}
 	t.Logf("SIGKILL (replica serving after %v, every limiter synced again after %v): admitted %d (%d in the %v before the kill), %d left, over-admission %d (bound %d)",
 		promoted, synced, admittedB, lastMoments, 4*interval, left, over, bound)
@@ -192,9 +190,6 @@ func TestFailover(t *testing.T) {
 	}
 	if over < 0 || over > bound {
 		t.Errorf("SIGKILL: over-admission %d, want within [0, %d]", over, bound)
-	}
-	if overspent > uint64(bound) {
-		t.Errorf("SIGKILL: Overspent %d in all, want at most %d", overspent, bound)
 	}
 	redistest.CheckTTLs(t, cl.FreshClient(t), prefix)
 }

@@ -91,7 +91,11 @@ type Limiter struct {
 	// the count was in neither place and Stats.Admitted, a counter, went
 	// down. Taken before any entry's mutex.
 	retiring stdsync.RWMutex
-	breaker  breaker
+	nodes    nodes // the masters serving the slot groups, each with its breaker
+	debts    debts // of the entries the failure policy admitted for
+	// probeKeys holds a key of each slot group that probes of its node write.
+	probeKeys    []string
+	presenceDown atomic.Bool // the last presence call failed
 
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
@@ -103,6 +107,7 @@ type Limiter struct {
 
 	life    stdsync.Mutex
 	running bool
+	looping atomic.Bool // the loop runs (and probes failing nodes)
 	closed  atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
@@ -170,7 +175,11 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	l.seq.Store(cfg.clock.Now().UnixMicro())
 	l.live.Store(1)
 	l.sched.tick = int64(l.tick())
-	l.breaker.init(cfg.logger, cfg.interval)
+	l.nodes.init(cfg.groups, nodeName(rdb), cfg.logger, cfg.interval)
+	l.probeKeys = make([]string, cfg.groups)
+	for g, tag := range l.tags {
+		l.probeKeys[g] = ks.Tagged(tag, "probe")
+	}
 	return l, nil
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -48,6 +46,7 @@ func (l *Limiter) claimLoop() error {
 		return ErrRunning
 	}
 	l.running = true
+	l.looping.Store(true)
 	l.stop = make(chan struct{})
 	l.done = make(chan struct{})
 	return nil
@@ -55,6 +54,9 @@ func (l *Limiter) claimLoop() error {
 
 func (l *Limiter) loop(ctx context.Context) error {
 	defer close(l.done)
+	defer l.looping.Store(false)
+	var probes stdsync.WaitGroup
+	defer probes.Wait()
 	t := time.NewTicker(l.tick())
 	defer t.Stop()
 	var lastPresence, lastReshard time.Time
@@ -71,13 +73,14 @@ func (l *Limiter) loop(ctx context.Context) error {
 		case <-l.wake:
 		}
 		now := l.cfg.clock.Now()
-		if now.Sub(lastPresence) >= l.cfg.interval || l.breaker.isOpen() {
-			// While the breaker is open this is also a probe that may
-			// close it, since a round may have nothing to send.
-			err := l.Announce(ctx)
-			if l.breaker.isOpen() {
-				l.breaker.probe(l.cfg.clock.Now(), err)
+		l.refreshNodes(ctx, now)
+		for _, n := range l.nodes.all() {
+			if n.breaker.isOpen() {
+				l.probe(n, &probes)
 			}
+		}
+		if now.Sub(lastPresence) >= l.cfg.interval {
+			_ = l.Announce(ctx)
 			lastPresence = now
 		}
 		l.Sync(ctx)
@@ -87,6 +90,14 @@ func (l *Limiter) loop(ctx context.Context) error {
 			}
 			lastReshard = now
 		}
+	}
+}
+
+// refreshNodes points each slot group at the master serving it now, on a
+// cluster client.
+func (l *Limiter) refreshNodes(ctx context.Context, now time.Time) {
+	if cc, ok := l.rdb.(masterForKey); ok {
+		l.nodes.refresh(ctx, cc, l.probeKeys, now)
 	}
 }
 
@@ -139,7 +150,6 @@ func (r *Round) Send(ctx context.Context) error {
 	err := r.r.exec(ctx)
 	l.stats.rounds.Add(1)
 	l.stats.lastRound.Store(int64(time.Since(start)))
-	l.breaker.record(l.cfg.clock.Now(), err)
 	if err != nil {
 		l.stats.roundErrors.Add(1)
 	}
@@ -194,7 +204,7 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
+	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
 		return false
 	}
 	if !e.synced.Load() {
@@ -238,18 +248,31 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	reply, err := lua.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
 	if err != nil {
 		l.stats.countError(err)
-		l.cfg.logger.Warn("sync: presence", "err", err)
+		l.presenceFailed(err)
 		return fmt.Errorf("sync: presence: %w", err)
 	}
 	n, ok := reply.(int64)
 	if !ok {
 		l.stats.errors[ErrorMalformed].Add(1)
-		return fmt.Errorf("sync: presence: %w: %T", lua.ErrMalformedReply, reply)
+		err := fmt.Errorf("sync: presence: %w: %T", lua.ErrMalformedReply, reply)
+		l.presenceFailed(err)
+		return err
+	}
+	if l.presenceDown.Swap(false) {
+		l.cfg.logger.Info("sync: presence record written again", "live", n)
 	}
 	if alive {
 		l.live.Store(max(n, 1))
 	}
 	return nil
+}
+
+// presenceFailed logs the first of a run of failed presence calls: the
+// live count they would have read stays at its last value meanwhile.
+func (l *Limiter) presenceFailed(err error) {
+	if !l.presenceDown.Swap(true) {
+		l.cfg.logger.Warn("sync: presence record not written; the live instance count stays as last read", "live", l.live.Load(), "err", err)
+	}
 }
 
 // Close stops the loop, hands back unused allowance and reports consumption
@@ -314,89 +337,4 @@ func (l *Limiter) Close(ctx context.Context) error {
 	_ = l.announce(ctx, false)
 	l.closedClean = true
 	return nil
-}
-
-// breaker keeps Redis off the request path once calls have failed for a
-// while, and lets it back after the first call that succeeds. The loop
-// keeps running rounds while it is open, so recovery needs no request.
-// Failures must span `after` (the sync interval) before it opens, so a slow
-// first call on a cold connection does not hand decisions to the failure
-// policy; until then decisions that cannot get allowance are denied.
-type breaker struct {
-	open      atomic.Bool
-	mu        stdsync.Mutex
-	failures  int
-	firstFail time.Time
-	openedAt  time.Time     // when the current open stretch began
-	openTotal time.Duration // earlier open stretches
-	after     time.Duration
-	// roundFailed says the last round failed: a probe's success does not
-	// close the breaker then.
-	roundFailed bool
-	opens       atomic.Uint64
-	closes      atomic.Uint64
-	log         *slog.Logger
-}
-
-func (b *breaker) init(log *slog.Logger, after time.Duration) { b.log, b.after = log, after }
-
-func (b *breaker) isOpen() bool { return b.open.Load() }
-
-// openFor returns the time the breaker has been open in all, until now.
-func (b *breaker) openFor(now time.Time) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	d := b.openTotal
-	if b.open.Load() {
-		d += now.Sub(b.openedAt)
-	}
-	return d
-}
-
-// probe counts the outcome of the presence call the loop makes while the
-// breaker is open. It reaches one node only, so its success closes the
-// breaker only if the last round did not fail: else a dead master that
-// the presence record does not live on would open and close the breaker
-// every few ticks. A failed round's messages go again next tick, so a
-// round soon says whether Redis is back.
-func (b *breaker) probe(now time.Time, err error) {
-	b.mu.Lock()
-	roundFailed := b.roundFailed
-	b.mu.Unlock()
-	if err == nil && roundFailed {
-		return
-	}
-	b.outcome(now, err)
-}
-
-// record counts the outcome of a round (a loop's or a fetch's) made at now.
-func (b *breaker) record(now time.Time, err error) {
-	b.mu.Lock()
-	b.roundFailed = err != nil
-	b.mu.Unlock()
-	b.outcome(now, err)
-}
-
-// outcome counts the outcome of a call to Redis made at now.
-func (b *breaker) outcome(now time.Time, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil {
-		b.failures = 0
-		if b.open.Swap(false) {
-			b.openTotal += now.Sub(b.openedAt)
-			b.closes.Add(1)
-			b.log.Info("sync: Redis reachable again; breaker closed")
-		}
-		return
-	}
-	if b.failures == 0 {
-		b.firstFail = now
-	}
-	b.failures++
-	if b.failures >= 2 && now.Sub(b.firstFail) >= b.after && !b.open.Swap(true) {
-		b.openedAt = now
-		b.opens.Add(1)
-		b.log.Warn("sync: Redis failing; breaker open, failure policy deciding", "err", err)
-	}
 }

@@ -465,14 +465,21 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	limit := *home.limit.Load()
 	next := l.newEntry(key, key, limit, now, l.home(key, to.shards), to)
 	l.table.replace(home, next)
-	var carried int64
+	var carried, owed int64
+	since := l.nanos(now)
 	for _, e := range old {
 		took, killed := e.retire()
 		if !killed {
 			continue // evicted meanwhile by the sweep, which removes and counts it
 		}
 		carried += took
-		l.stats.evictedAdmitted.Add(uint64(max(e.issued, 0)))
+		// What it owes the new home owes, and counts as admitted.
+		o, s := l.debts.take(e)
+		if o > 0 {
+			owed += o
+			since = min(since, s)
+		}
+		l.stats.evictedAdmitted.Add(uint64(max(e.issued-o, 0)))
 		if e != home {
 			l.parts.delete(e)
 			l.tracked.Add(-1)
@@ -509,6 +516,8 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	l.lock(next)
 	next.give(shares[j0])
 	next.acked = shares[j0] // the base the new ledger starts from
+	next.issued += owed
+	l.debts.add(next, owed, since)
 	next.demand, next.usedAt = demand, usedAt
 	l.unlock(next)
 	l.sched.at(next, l.nanos(now))
@@ -532,22 +541,26 @@ func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j 
 	return p
 }
 
-// drop removes e from t and retires it, counting what it admitted, and
-// returns the allowance it held unspent.
-func (l *Limiter) drop(t *table, e *entry) int64 {
+// drop removes e from t and retires it, counting what it admitted but
+// what it owes, and returns that debt, for the entry that replaces e to
+// report.
+func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	l.retiring.Lock()
 	defer l.retiring.Unlock()
 	l.lock(e)
-	took, killed := e.retire()
+	_, killed := e.retire()
 	issued := e.issued
+	if killed {
+		owed, since = l.debts.take(e)
+	}
 	l.unlock(e)
 	if !killed {
-		return 0 // evicted meanwhile by the sweep, which removes and counts it
+		return 0, 0 // evicted meanwhile by the sweep, which removes and counts it
 	}
 	t.delete(e)
 	l.tracked.Add(-1)
-	l.stats.evictedAdmitted.Add(uint64(max(issued, 0)))
-	return took
+	l.stats.evictedAdmitted.Add(uint64(max(issued-owed, 0)))
+	return owed, since
 }
 
 // retire takes all of e's unspent allowance and marks it dead, so that

@@ -24,9 +24,11 @@ type message struct {
 	limit hybridlimit.Limit  // the part's
 	key   *hybridlimit.Limit // the key's, as the message was prepared
 	seq   int64
-	base  int64 // the ledger total as the instance last heard it
-	value int64 // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
-	held  int64 // Optimistic: allowance unspent when the message was prepared
+	base  int64         // the ledger total as the instance last heard it
+	value int64         // Reserve: tokens wanted granted in all; Optimistic: tokens admitted in all
+	held  int64         // Optimistic: allowance unspent when the message was prepared
+	owed  int64         // the entry's owed when the message was prepared
+	age   time.Duration // since the first of owed was admitted
 	reply [lua.SyncReplyLen]int64
 	ok    bool
 }
@@ -98,6 +100,15 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 			// it, with half a life of margin for a late round.
 			e.take(e.avail.Load())
 		}
+		if !final && l.looping.Load() && l.nodes.of(int(e.group)).breaker.isOpen() {
+			// Its node is failing: the loop's probe asks it, not a round
+			// every other node's keys would wait for. Without the loop the
+			// rounds themselves are the probe.
+			e.flagged, e.waiting = false, 0
+			l.sched.at(e, l.nanos(now.Add(l.cfg.interval)))
+			l.unlock(e)
+			continue
+		}
 		m, send := l.compose(now, e, last)
 		e.flagged, e.waiting = false, 0
 		if !send && e.avail.Load() > 0 {
@@ -164,7 +175,14 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		// other instances.
 		e.demand = used / window
 	}
+	// What the failure policy admitted Redis takes whatever the bucket
+	// holds, as of when it was admitted; in Reserve mode on top of every
+	// grant this instance heard of (restated, should a failover have lost
+	// it).
 	m := message{limit: limit, base: e.acked}
+	if d := l.debts.get(e); d != nil && d.owed > 0 {
+		m.owed, m.age = d.owed, time.Duration(t-d.since)
+	}
 	if l.cfg.mode == Optimistic {
 		if final {
 			e.settle(func(int64) int64 { return 0 })
@@ -210,7 +228,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		}
 	}
 	m.value = e.issued
-	return m, m.value != e.acked || e.unacked || !e.synced.Load() && e.waiting > 0
+	return m, m.value != e.acked || m.owed > 0 || e.unacked || !e.synced.Load() && e.waiting > 0
 }
 
 // lease returns what e holds ahead of demand in Reserve mode: its recent
@@ -332,7 +350,35 @@ func (r *round) exec(ctx context.Context) error {
 	}
 	_ = g.Wait()
 	r.l.stats.scriptCalls.Add(uint64(len(calls)))
+	r.l.judgeNodes(calls)
 	return errors.Join(errs...)
+}
+
+// judgeNodes tells each node's breaker how its calls in a round went: well
+// if any of them was answered, else with the first call's error. A call
+// cut short by its caller (the loop's ctx ended) says nothing of Redis.
+func (l *Limiter) judgeNodes(calls []*call) {
+	now := l.cfg.clock.Now()
+	answered := make(map[*node]bool)
+	failed := make(map[*node]error)
+	for _, c := range calls {
+		n := l.nodes.of(int(c.msgs[0].e.group))
+		switch {
+		case c.err == nil:
+			answered[n] = true
+		case errors.Is(c.err, context.Canceled):
+		case failed[n] == nil:
+			failed[n] = c.err
+		}
+	}
+	for n := range answered {
+		n.breaker.outcome(now, nil)
+	}
+	for n, err := range failed {
+		if !answered[n] {
+			n.breaker.outcome(now, err)
+		}
+	}
 }
 
 // masterForKey is the part of *redis.ClusterClient that finds a key's node.
@@ -367,6 +413,7 @@ type call struct {
 	keys []string
 	argv []string // one message per key (lua.SyncMsg)
 	args []any    // the header, then a pointer to each of argv
+	err  error    // why the call got no usable reply, once sent
 }
 
 // batches splits the messages into script calls by slot group. Each
@@ -374,7 +421,7 @@ type call struct {
 // two key names into another; each buffer becomes one string that the
 // call's ARGV and KEYS slice, and the command refers to them by pointer,
 // which an interface holds without copying. So a call costs a few
-// allocations whatever its number of messages, where nine boxed integers
+// allocations whatever its number of messages, where ten boxed integers
 // a message, their reply and three key names kept by each entry cost
 // fourteen allocations a message and 160 bytes an entry.
 func (r *round) batches() []*call {
@@ -429,7 +476,7 @@ func (r *round) batches() []*call {
 		msg := lua.SyncMsg{
 			Rate: m.limit.Rate, PeriodUS: m.limit.Period.Microseconds(), Burst: m.limit.Burst,
 			Seq: m.seq, Epoch: m.e.epoch, Base: m.base, Value: m.value,
-			Budget: r.l.budget(m.limit), Held: m.held,
+			Budget: r.l.budget(m.limit), Held: m.held, Owed: m.owed, AgeUS: m.age.Microseconds(),
 		}
 		c.text = msg.Append(c.text)
 		c.ends = append(c.ends, len(c.text))
@@ -529,6 +576,7 @@ func (l *Limiter) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*
 			l.stats.countError(err)
 			errs = append(errs, err)
 		}
+		calls[i].err = err
 	}
 	return errors.Join(errs...)
 }
@@ -656,6 +704,9 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	e.acked = total
 	e.heardAt.Store(l.nanos(now))
 	e.synced.Store(true)
+	// Taken, or reported; a closed part took nothing, and the move
+	// carries it.
+	l.debts.answered(e, m, m.reply[5] == 0, e.sentAt)
 	if l.cfg.mode == Optimistic {
 		// The allowance counts from the consumption the message carried;
 		// what was admitted since comes out of it. After Close nothing more
@@ -677,19 +728,10 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		})
 		e.grantAt = e.sentAt
 		remaining = max(remaining-allowance, 0)
-	} else if total > e.issued {
-		e.give(total - e.issued)
-	} else if short := e.issued - total; short > 0 {
-		// Redis holds fewer tokens for us than we hand out: only a ledger
-		// lost with tokens in it does that. Take back what is unspent and
-		// count the rest, which was over-admitted.
-		if over := short - e.take(short); over > 0 {
-			e.issued -= over
-			l.stats.overspent.Add(uint64(over))
-			// Admitted all the same: counted where retired entries'
-			// admissions are, so that Stats.Admitted never goes down.
-			l.stats.evictedAdmitted.Add(uint64(over))
-		}
+	} else if granted := e.issued - l.debts.owed(e); total > granted {
+		// Never less: a message raises a ledger that lost tokens (a
+		// failover's lost writes, an expired ledger) to all it was told.
+		e.give(total - granted)
 	}
 	e.partLeft.Store(remaining)
 	if e.shards > 1 {

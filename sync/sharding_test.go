@@ -61,11 +61,12 @@ func TestShardedReserveExact(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const burst = 3000
 	limit := frozen(burst)
-	// A round timeout well above the interval: under a loaded machine a
-	// slow round must not hand decisions to the failure policy, which
-	// other tests cover; this one is about the parts' accounting.
+	// A round timeout well above the interval, and failing closed: on a
+	// loaded machine a slow round must not hand decisions to the failure
+	// policy, which other tests cover; this one is about the parts'
+	// accounting.
 	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0.1),
-		hlsync.WithRoundTimeout(2*time.Second), split(3))
+		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hlsync.FailClosed), split(3))
 	admitted, err := hammer(ls, 8, "hot", limit, burst, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +89,8 @@ func TestShardedReserveExact(t *testing.T) {
 		t.Errorf("admitted %d + left %v != %d: tokens lost or made", total, left, burst)
 	}
 	for _, l := range ls {
-		if s := l.Stats(); s.Overspent != 0 || s.FallbackAllowed != 0 {
-			t.Errorf("%s: Overspent %d, FallbackAllowed %d", l.InstanceID(), s.Overspent, s.FallbackAllowed)
+		if s := l.Stats(); s.Owed != 0 {
+			t.Errorf("%s: Owed %d after Close", l.InstanceID(), s.Owed)
 		}
 	}
 	noTTL, seen := redistest.KeysWithoutTTL(t, redistest.Cluster(t), prefix)
@@ -240,9 +241,10 @@ func TestAutoShardsMoveEveryToken(t *testing.T) {
 	const budget = 20000
 	limit := frozen(budget)
 	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 40, Below: 30, Hold: 300 * time.Millisecond})
-	// A round timeout well above the interval, as in TestShardedReserveExact.
+	// A round timeout well above the interval, and failing closed, as in
+	// TestShardedReserveExact.
 	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-		hlsync.WithRoundTimeout(2*time.Second), auto)
+		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hlsync.FailClosed), auto)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
@@ -341,8 +343,8 @@ func TestAutoShardsMoveEveryToken(t *testing.T) {
 		s := l.Stats()
 		total += s.Admitted
 		moves += s.Moves
-		if s.Overspent != 0 || s.FallbackAllowed != 0 {
-			t.Errorf("%s: Overspent %d, FallbackAllowed %d", l.InstanceID(), s.Overspent, s.FallbackAllowed)
+		if s.Owed != 0 {
+			t.Errorf("%s: Owed %d after Close", l.InstanceID(), s.Owed)
 		}
 	}
 	t.Logf("admitted %d of %d (last phase %v), %d reshards, %d moves; left in layout %d.%d: %v", total, budget, rest, reshards(), moves, s, gen, left)

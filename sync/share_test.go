@@ -70,7 +70,7 @@ func TestFallbackShareValid(t *testing.T) {
 	if err := share.Validate(); err != nil {
 		t.Errorf("share of %v among 2 = %v: %v", limit, share, err)
 	}
-	r := l.degraded(l.cfg.clock.Now(), "k", limit, 1)
+	r := l.degraded(nil, l.cfg.clock.Now(), "k", limit, 1)
 	if !r.Allowed {
 		t.Errorf("FallbackLocal, first decision on a fresh key: %+v; want allowed from its share", r)
 	}

@@ -3,6 +3,8 @@ package sync_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -65,11 +67,12 @@ func TestResultSource(t *testing.T) {
 }
 
 // TestSourceRedisGone runs a limiter on the address of a Redis that has
-// gone away: decisions are denied from local state while fetches fail, then
-// decided by the failure policy once the breaker opens; none comes from
-// Redis, and the failed calls are counted as connection errors. The round
-// timeout outlasts go-redis's dial retries (5, some 0.4s in all), so the
-// refusal rather than the deadline ends each call.
+// gone away: from the first decision, whose fetch gets no answer within
+// the max wait, the failure policy decides (never a denial that claims
+// the limit); none comes from Redis, and the failed calls are counted as
+// connection errors. The round timeout outlasts go-redis's dial retries
+// (5, some 0.4s in all), so the refusal rather than the deadline ends each
+// call.
 func TestSourceRedisGone(t *testing.T) {
 	redistest.NoLeaksAfterKill(t)
 	srv := redistest.Start(t)
@@ -88,27 +91,20 @@ func TestSourceRedisGone(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	limit := hybridlimit.PerMinute(10)
+	if r := decide(t, l, "k", limit, 20*time.Millisecond); r.Source != hybridlimit.SourceFallback || !r.Allowed {
+		t.Errorf("first decision with Redis gone = %+v, want fail-open's admission", r)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r := decide(t, l, "k", limit, 20*time.Millisecond)
-		if r.Source == hybridlimit.SourceFallback {
-			if !r.Allowed {
-				t.Errorf("fail-open decision = %+v, want allowed", r)
-			}
-			break
-		}
-		if r.Allowed || r.Source != hybridlimit.SourceLocal {
-			t.Fatalf("decision before the breaker opened = %+v, want denied from local state", r)
+	for !l.Stats().BreakerOpen || l.Stats().Errors[hlsync.ErrorConnection] == 0 {
+		if r := decide(t, l, "k", limit, 20*time.Millisecond); r.Source != hybridlimit.SourceFallback || !r.Allowed {
+			t.Fatalf("decision with Redis gone = %+v, want fail-open's admission", r)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no failure-policy decision 5s after Redis went: %+v", l.Stats())
+			t.Fatalf("breaker closed or no connection error counted 5s after Redis went: %+v", l.Stats())
 		}
 		time.Sleep(interval / 5)
 	}
 	s := l.Stats()
-	if s.Errors[hlsync.ErrorConnection] == 0 {
-		t.Errorf("Errors = %v, want connection errors", s.Errors)
-	}
 	for c, n := range s.Errors {
 		if hlsync.ErrorClass(c) != hlsync.ErrorConnection && n != 0 {
 			t.Errorf("Errors[%v] = %d, want 0 with Redis gone", hlsync.ErrorClass(c), n)
@@ -148,4 +144,63 @@ func TestDenialsCountedOnEveryCore(t *testing.T) {
 	if got := l.Stats().DeniedRemote - before; got != goroutines*each {
 		t.Errorf("DeniedRemote grew by %d, want %d", got, goroutines*each)
 	}
+}
+
+// TestLogsOncePerChange runs a limiter for 40 sync intervals against a
+// Redis that has gone away: its log says so once per state change (the
+// node's breaker opened, the presence record is not written), not once a
+// round or a tick.
+func TestLogsOncePerChange(t *testing.T) {
+	redistest.NoLeaksAfterKill(t)
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var lines logLines
+	const interval = 50 * time.Millisecond
+	l, err := hlsync.New(rdb, hlsync.WithSyncInterval(interval, 0), hlsync.WithMaxWait(20*time.Millisecond),
+		hlsync.WithLogger(slog.New(&lines)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(40 * interval); time.Now().Before(end); time.Sleep(interval / 5) {
+		if r, err := l.Allow(context.Background(), "k", hybridlimit.PerMinute(600)); err != nil || r.Source != hybridlimit.SourceFallback {
+			t.Fatalf("decision with Redis gone = %+v, %v; want the failure policy's", r, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = l.Close(ctx) // fails: Redis is gone
+	got := lines.all()
+	t.Logf("%d lines: %q", len(got), got)
+	if len(got) == 0 || len(got) > 2 {
+		t.Errorf("%d log lines in 40 intervals of a dead Redis, want the breaker opening and the presence failing, once each: %q", len(got), got)
+	}
+}
+
+// logLines is a slog.Handler that keeps the messages of records at Info
+// and above.
+type logLines struct {
+	mu   stdsync.Mutex
+	msgs []string
+}
+
+func (h *logLines) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+func (h *logLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Message)
+	return nil
+}
+func (h *logLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logLines) WithGroup(string) slog.Handler      { return h }
+
+func (h *logLines) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.msgs)
 }

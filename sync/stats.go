@@ -11,7 +11,7 @@ import (
 type counters struct {
 	rounds, roundErrors, messages, scriptCalls, fetches, waits atomic.Uint64
 	failOpen, failClosed, fallbackAllowed, fallbackDenied      atomic.Uint64
-	overspent, evictions                                       atomic.Uint64
+	evictions                                                  atomic.Uint64
 	reshards, moves                                            atomic.Uint64
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
@@ -54,12 +54,17 @@ type Stats struct {
 	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (any longer)
 	// Decisions made by the failure policy.
 	FailOpen, FailClosed, FallbackAllowed, FallbackDenied uint64
-	BreakerOpen                                           bool
-	BreakerOpens, BreakerCloses                           uint64
-	// Overspent counts tokens admitted beyond what Redis granted; only a
-	// ledger lost with tokens in it can cause that. It should stay 0.
-	Overspent uint64
-	Evictions uint64 // idle keys dropped from memory
+	// Owed is the cost FallbackLocal admitted that Redis has not yet
+	// taken from the keys' buckets (Reserve mode): each key's next message
+	// makes Redis take it, into debt if need be.
+	Owed int64
+	// BreakerOpen says whether any node's breaker is open; BreakerOpens
+	// and BreakerCloses count the switches of every node's. Nodes has
+	// each node's.
+	BreakerOpen                 bool
+	BreakerOpens, BreakerCloses uint64
+	Nodes                       []NodeStats
+	Evictions                   uint64 // idle keys dropped from memory
 	// Reshards counts the keys this instance split or merged back
 	// (WithAutoShards); Moves the keys it moved to a new layout, its own
 	// reshards and those it heard of from Redis.
@@ -77,8 +82,9 @@ type Stats struct {
 	// SinceSync is how old this instance's view of the global buckets
 	// is: the time since Redis last answered a round (0 before the first).
 	SinceSync time.Duration
-	// BreakerOpenFor is the total time the breaker has been open, the
-	// current stretch included: the time the failure policy was deciding.
+	// BreakerOpenFor is the time the breakers have been open, summed over
+	// the nodes, the current stretches included: the time the failure
+	// policy was deciding for some keys.
 	BreakerOpenFor time.Duration
 
 	// RoundDuration is how long each round took to send its script calls
@@ -99,6 +105,16 @@ type Stats struct {
 	// Close's), which go on while the breaker is open and rounds have
 	// nothing to send.
 	Errors [NumErrorClasses]uint64
+}
+
+// NodeStats is one Redis master's breaker, as the limiter reaches it: the
+// node's address (for a client that is not a cluster client, its address
+// or "redis"), whether its breaker is open, and for how long it has been
+// open in all, the current stretch included.
+type NodeStats struct {
+	Addr        string
+	BreakerOpen bool
+	OpenFor     time.Duration
 }
 
 // Stats returns a snapshot of the counters.
@@ -126,6 +142,14 @@ func (l *Limiter) Stats() Stats {
 	for i := range errs {
 		errs[i] = c.errors[i].Load()
 	}
+	openFor, anyOpen := time.Duration(l.nodes.openTotal.Load()), false
+	var nodes []NodeStats
+	for _, n := range l.nodes.all() {
+		ns := NodeStats{Addr: n.addr, BreakerOpen: n.breaker.isOpen(), OpenFor: n.breaker.openFor(now)}
+		openFor += ns.OpenFor
+		anyOpen = anyOpen || ns.BreakerOpen
+		nodes = append(nodes, ns)
+	}
 	return Stats{
 		RoundDuration:   c.roundDuration.snapshot(&roundDuration),
 		RoundMessages:   c.roundMessages.snapshot(&roundMessages),
@@ -133,7 +157,7 @@ func (l *Limiter) Stats() Stats {
 		Admitted:        admitted,
 		Outstanding:     outstanding,
 		SinceSync:       since,
-		BreakerOpenFor:  l.breaker.openFor(now),
+		BreakerOpenFor:  openFor,
 		Keys:            l.tracked.Load(),
 		LiveInstances:   l.live.Load(),
 		Rounds:          c.rounds.Load(),
@@ -148,10 +172,11 @@ func (l *Limiter) Stats() Stats {
 		FailClosed:      c.failClosed.Load(),
 		FallbackAllowed: c.fallbackAllowed.Load(),
 		FallbackDenied:  c.fallbackDenied.Load(),
-		BreakerOpen:     l.breaker.isOpen(),
-		BreakerOpens:    l.breaker.opens.Load(),
-		BreakerCloses:   l.breaker.closes.Load(),
-		Overspent:       c.overspent.Load(),
+		Owed:            l.debts.total(),
+		BreakerOpen:     anyOpen,
+		BreakerOpens:    l.nodes.opens.Load(),
+		BreakerCloses:   l.nodes.closes.Load(),
+		Nodes:           nodes,
 		Evictions:       c.evictions.Load(),
 		Reshards:        c.reshards.Load(),
 		SplitKeys:       split,

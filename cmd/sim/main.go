@@ -317,8 +317,8 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 		fmt.Fprintf(w, "\n== %s\n", r.Label())
 		fmt.Fprintf(w, "   commands: decision %d, round %d, presence %d\n", d.Phases[sim.PhaseDecision], d.Phases[sim.PhaseRound], d.Phases[sim.PhasePresence])
 		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve {
-			fmt.Fprintf(w, "   limiter: rounds %d, fetches %d, messages %d, script calls %d, waits %d, denied remote %d, denied local %d, evictions %d, overspent %d\n",
-				d.Rounds, d.Fetches, d.Messages, d.ScriptCalls, d.Waits, d.DeniedRemote, d.DeniedLocal, d.Evictions, d.Overspent)
+			fmt.Fprintf(w, "   limiter: rounds %d, fetches %d, messages %d, script calls %d, waits %d, denied remote %d, denied local %d, evictions %d\n",
+				d.Rounds, d.Fetches, d.Messages, d.ScriptCalls, d.Waits, d.DeniedRemote, d.DeniedLocal, d.Evictions)
 		}
 		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve || r.Strategy == sim.ReserveSharded {
 			fmt.Fprintf(w, "   failure policy: fallback allowed %d, fallback denied %d, breaker opens %d, round errors %d\n",
