@@ -3,7 +3,7 @@ GO ?= go
 
 # The stages of make test, in order. Each is a target below, which can also
 # be run alone (make vet); a new stage is its target plus its name here.
-STAGES = redis cc vet fmt-check race
+STAGES = redis cc vet fmt-check alerts race
 
 .PHONY: test $(STAGES) bench results rls-bench
 
@@ -45,6 +45,18 @@ cc:
 		else \
 			echo "a C compiler is missing (go test -race needs cgo): install gcc and re-run" >&2; exit 1; \
 		fi; }
+
+# The alerting rules shipped in metrics/alerts: promtool (Debian's
+# prometheus package, installed when missing, as root) checks them and runs
+# their unit tests on synthetic series.
+alerts:
+	@command -v promtool >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "promtool is missing: install it (apt-get install -y prometheus) and re-run" >&2; exit 1; \
+		fi; }
+	cd metrics/alerts && promtool check rules hybridlimit.rules.yml && promtool test rules hybridlimit.rules.test.yml
 
 # bench/ is a module of its own (it pulls in the peers it is measured
 # against), which ./... leaves out.

@@ -21,7 +21,8 @@ type hybridCollector struct {
 
 	keys, live, breakerOpen, lastRound                         *prometheus.Desc
 	rounds, roundErrors, fetches, messages, scriptCalls, waits *prometheus.Desc
-	decisions, breakerOpens, breakerCloses, overspent, evicted *prometheus.Desc
+	decisions, breakerOpens, breakerCloses, owed, evicted      *prometheus.Desc
+	nodeBreakerOpen, nodeBreakerOpenTime                       *prometheus.Desc
 	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
 	roundDuration, roundMessages, errors                       *prometheus.Desc
 	splitKeys, reshards, moves                                 *prometheus.Desc
@@ -43,7 +44,9 @@ type hybridCollector struct {
 //	hybridlimit_sync_breaker_open                     gauge (0 or 1)
 //	hybridlimit_sync_breaker_opens_total              counter
 //	hybridlimit_sync_breaker_closes_total             counter
-//	hybridlimit_sync_overspent_tokens_total           counter
+//	hybridlimit_sync_node_breaker_open{node}          gauge (0 or 1)
+//	hybridlimit_sync_node_breaker_open_seconds_total{node} counter
+//	hybridlimit_sync_owed_cost                        gauge
 //	hybridlimit_sync_evictions_total                  counter
 //	hybridlimit_sync_last_round_duration_seconds      gauge
 //	hybridlimit_sync_admitted_cost_total              counter
@@ -88,32 +91,34 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "sync", name), help, labels, c.labels)
 	}
 	coll := &hybridCollector{
-		src:             src,
-		keys:            d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
-		live:            d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
-		breakerOpen:     d("breaker_open", "1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0."),
-		lastRound:       d("last_round_duration_seconds", "Duration of the last background sync round."),
-		rounds:          d("rounds_total", "Background sync rounds run."),
-		roundErrors:     d("round_errors_total", "Background sync rounds in which at least one script call failed."),
-		fetches:         d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
-		messages:        d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
-		scriptCalls:     d("script_calls_total", "Batched sync script calls sent to Redis."),
-		waits:           d("waits_total", "Decisions that waited for an on-demand fetch."),
-		decisions:       d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
-		breakerOpens:    d("breaker_opens_total", "Times the circuit breaker opened."),
-		breakerCloses:   d("breaker_closes_total", "Times the circuit breaker closed again."),
-		overspent:       d("overspent_tokens_total", "Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0."),
-		evicted:         d("evictions_total", "Idle keys dropped from memory."),
-		admitted:        d("admitted_cost_total", "Cost admitted from local allowance, all keys."),
-		outstanding:     d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
-		staleness:       d("view_staleness_seconds", "Time since Redis last answered a sync round: the age of this instance's view of the global buckets."),
-		breakerOpenTime: d("breaker_open_seconds_total", "Time the circuit breaker has been open, the failure policy deciding."),
-		roundDuration:   d("round_duration_seconds", "Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round."),
-		roundMessages:   d("round_key_messages", "Key messages per sync round, over the same rounds as round_duration_seconds."),
-		splitKeys:       d("split_keys", "Tracked keys split into parts over several slots (hot keys, WithShards or WithAutoShards)."),
-		reshards:        d("reshards_total", "Keys this instance split or merged back (WithAutoShards)."),
-		moves:           d("layout_moves_total", "Keys this instance moved to a new layout of parts, its own reshards and those it heard of from Redis."),
-		errors:          d("errors_total", "Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.", "class"),
+		src:                 src,
+		keys:                d("tracked_keys", "Keys the hybrid limiter tracks in memory."),
+		live:                d("live_instances", "Limiter instances alive in Redis, as last seen; sizes fallback shares."),
+		breakerOpen:         d("breaker_open", "1 while the breaker of any Redis node keeps it off the request path and the failure policy decides for its keys, else 0."),
+		lastRound:           d("last_round_duration_seconds", "Duration of the last background sync round."),
+		rounds:              d("rounds_total", "Background sync rounds run."),
+		roundErrors:         d("round_errors_total", "Background sync rounds in which at least one script call failed."),
+		fetches:             d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
+		messages:            d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
+		scriptCalls:         d("script_calls_total", "Batched sync script calls sent to Redis."),
+		waits:               d("waits_total", "Decisions that waited for an on-demand fetch."),
+		decisions:           d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
+		breakerOpens:        d("breaker_opens_total", "Times the breaker of a Redis node opened."),
+		breakerCloses:       d("breaker_closes_total", "Times the breaker of a Redis node closed again."),
+		nodeBreakerOpen:     d("node_breaker_open", "1 while this Redis node's breaker is open and the failure policy decides for the keys whose slots it serves, else 0.", "node"),
+		nodeBreakerOpenTime: d("node_breaker_open_seconds_total", "Time this Redis node's breaker has been open.", "node"),
+		owed:                d("owed_cost", "Cost the failure policy (FallbackLocal) admitted that Redis has not yet taken from the keys' buckets: paid at each key's next sync."),
+		evicted:             d("evictions_total", "Idle keys dropped from memory."),
+		admitted:            d("admitted_cost_total", "Cost admitted from local allowance, all keys."),
+		outstanding:         d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
+		staleness:           d("view_staleness_seconds", "Time since Redis last answered a sync round: the age of this instance's view of the global buckets."),
+		breakerOpenTime:     d("breaker_open_seconds_total", "Time the breakers of the Redis nodes have been open, summed over the nodes: the failure policy deciding for some keys."),
+		roundDuration:       d("round_duration_seconds", "Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round."),
+		roundMessages:       d("round_key_messages", "Key messages per sync round, over the same rounds as round_duration_seconds."),
+		splitKeys:           d("split_keys", "Tracked keys split into parts over several slots (hot keys, WithShards or WithAutoShards)."),
+		reshards:            d("reshards_total", "Keys this instance split or merged back (WithAutoShards)."),
+		moves:               d("layout_moves_total", "Keys this instance moved to a new layout of parts, its own reshards and those it heard of from Redis."),
+		errors:              d("errors_total", "Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.", "class"),
 	}
 	return coll, checked(coll)
 }
@@ -121,7 +126,8 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 // Describe sends the descriptors of every metric.
 func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
-		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.overspent, c.evicted,
+		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.owed, c.evicted,
+		c.nodeBreakerOpen, c.nodeBreakerOpenTime,
 		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
 		ch <- d
 	}
@@ -154,7 +160,11 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.decisions, s.FailClosed, "denied", "fail_closed")
 	counter(c.breakerOpens, s.BreakerOpens)
 	counter(c.breakerCloses, s.BreakerCloses)
-	counter(c.overspent, s.Overspent)
+	gauge(c.owed, float64(s.Owed))
+	for _, n := range s.Nodes {
+		gauge(c.nodeBreakerOpen, b2f(n.BreakerOpen), n.Addr)
+		ch <- prometheus.MustNewConstMetric(c.nodeBreakerOpenTime, prometheus.CounterValue, n.OpenFor.Seconds(), n.Addr)
+	}
 	counter(c.evicted, s.Evictions)
 	counter(c.admitted, s.Admitted)
 	gauge(c.outstanding, float64(s.Outstanding))

@@ -23,8 +23,9 @@ func TestHybridCollector(t *testing.T) {
 	src := &fakeHybrid{
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
-		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Overspent: 0, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
+		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Owed: 11, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
 		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
+		Nodes: []hlsync.NodeStats{{Addr: "10.0.0.1:6379", BreakerOpen: true, OpenFor: 2 * time.Second}, {Addr: "10.0.0.2:6379", OpenFor: time.Second}},
 		// The collector takes the bounds from the snapshot, whatever they are.
 		RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
 		RoundMessages: hlsync.Histogram{Bounds: []float64{1, 4}, Buckets: []uint64{2, 7}, Count: 7, Sum: 12},
@@ -40,16 +41,16 @@ func TestHybridCollector(t *testing.T) {
 # HELP hybridlimit_sync_admitted_cost_total Cost admitted from local allowance, all keys.
 # TYPE hybridlimit_sync_admitted_cost_total counter
 hybridlimit_sync_admitted_cost_total{instance_name="a"} 9000
-# HELP hybridlimit_sync_breaker_closes_total Times the circuit breaker closed again.
+# HELP hybridlimit_sync_breaker_closes_total Times the breaker of a Redis node closed again.
 # TYPE hybridlimit_sync_breaker_closes_total counter
 hybridlimit_sync_breaker_closes_total{instance_name="a"} 1
-# HELP hybridlimit_sync_breaker_open 1 while the circuit breaker keeps Redis off the request path and the failure policy decides, else 0.
+# HELP hybridlimit_sync_breaker_open 1 while the breaker of any Redis node keeps it off the request path and the failure policy decides for its keys, else 0.
 # TYPE hybridlimit_sync_breaker_open gauge
 hybridlimit_sync_breaker_open{instance_name="a"} 1
-# HELP hybridlimit_sync_breaker_open_seconds_total Time the circuit breaker has been open, the failure policy deciding.
+# HELP hybridlimit_sync_breaker_open_seconds_total Time the breakers of the Redis nodes have been open, summed over the nodes: the failure policy deciding for some keys.
 # TYPE hybridlimit_sync_breaker_open_seconds_total counter
 hybridlimit_sync_breaker_open_seconds_total{instance_name="a"} 3
-# HELP hybridlimit_sync_breaker_opens_total Times the circuit breaker opened.
+# HELP hybridlimit_sync_breaker_opens_total Times the breaker of a Redis node opened.
 # TYPE hybridlimit_sync_breaker_opens_total counter
 hybridlimit_sync_breaker_opens_total{instance_name="a"} 2
 # HELP hybridlimit_sync_decisions_total Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.
@@ -88,9 +89,17 @@ hybridlimit_sync_live_instances{instance_name="a"} 3
 # HELP hybridlimit_sync_outstanding_allowance Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic).
 # TYPE hybridlimit_sync_outstanding_allowance gauge
 hybridlimit_sync_outstanding_allowance{instance_name="a"} 42
-# HELP hybridlimit_sync_overspent_tokens_total Tokens admitted beyond what Redis granted, after a lost ledger; should stay 0.
-# TYPE hybridlimit_sync_overspent_tokens_total counter
-hybridlimit_sync_overspent_tokens_total{instance_name="a"} 0
+# HELP hybridlimit_sync_node_breaker_open 1 while this Redis node's breaker is open and the failure policy decides for the keys whose slots it serves, else 0.
+# TYPE hybridlimit_sync_node_breaker_open gauge
+hybridlimit_sync_node_breaker_open{instance_name="a",node="10.0.0.1:6379"} 1
+hybridlimit_sync_node_breaker_open{instance_name="a",node="10.0.0.2:6379"} 0
+# HELP hybridlimit_sync_node_breaker_open_seconds_total Time this Redis node's breaker has been open.
+# TYPE hybridlimit_sync_node_breaker_open_seconds_total counter
+hybridlimit_sync_node_breaker_open_seconds_total{instance_name="a",node="10.0.0.1:6379"} 2
+hybridlimit_sync_node_breaker_open_seconds_total{instance_name="a",node="10.0.0.2:6379"} 1
+# HELP hybridlimit_sync_owed_cost Cost the failure policy (FallbackLocal) admitted that Redis has not yet taken from the keys' buckets: paid at each key's next sync.
+# TYPE hybridlimit_sync_owed_cost gauge
+hybridlimit_sync_owed_cost{instance_name="a"} 11
 # HELP hybridlimit_sync_reshards_total Keys this instance split or merged back (WithAutoShards).
 # TYPE hybridlimit_sync_reshards_total counter
 hybridlimit_sync_reshards_total{instance_name="a"} 3
