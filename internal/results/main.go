@@ -422,19 +422,27 @@ type TestRun struct {
 }
 
 func (r *runner) tests(d *data) error {
-	for _, t := range []struct{ title, pkg, run string }{
-		{"One hot key on an exact limiter, whole and split 3 ways", "./sharding/", "TestGlobalSpreadsOverMasters"},
-		{"One hot hybrid key, whole and split; exact budgets across splits and merges", "./sync/",
+	for _, t := range []struct{ title, env, pkg, run string }{
+		{"One hot key on an exact limiter, whole and split 3 ways", "", "./sharding/", "TestGlobalSpreadsOverMasters"},
+		{"One hot hybrid key, whole and split; exact budgets across splits and merges", "", "./sync/",
 			"TestShardedSpreadsOverMasters|TestShardedReserveExact|TestAutoShardsMoveEveryToken"},
-		{"Master failover and SIGKILL, exact limiters; many identities expiring", "./global/", "TestFailover|TestManyIdentities"},
-		{"Master failover and SIGKILL, hybrid limiter", "./sync/", "TestFailover"},
+		{"Master failover and SIGKILL, exact limiters; many identities expiring", "", "./global/", "TestFailover|TestManyIdentities"},
+		{"Master failover and SIGKILL, hybrid limiter", "", "./sync/", "TestFailover"},
+		{"A fleet of 4 processes, 10,000 decisions a second each for 20 s, 200 keys Zipf 1.1, through the death (SIGKILL), a 3 s stall (SIGSTOP) and the failover (CLUSTER FAILOVER) of the master of the hottest key and of the presence record at 10 s; each line is one run: tokens over B + r T, in all and on the other masters' keys, the worst key, the window bound, limit denials of keys under half their rate",
+			"HYBRIDLIMIT_FLEET_FULL=1", "./sync/", "TestFleetFailover"},
 	} {
-		args := []string{"test", "-count=1", "-v", "-run", "^(" + t.run + ")$", t.pkg}
-		out, err := r.goCmd(args...)
+		args := []string{"test", "-count=1", "-v", "-timeout", "20m", "-run", "^(" + t.run + ")$", t.pkg}
+		env := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}
+		cmd := "go " + strings.Join(args, " ")
+		if t.env != "" {
+			env = append(env, t.env)
+			cmd = t.env + " " + cmd
+		}
+		out, err := r.exec(env, goBin(), args...)
 		if err != nil {
 			return err
 		}
-		d.Tests = append(d.Tests, TestRun{Title: t.title, Cmd: "go " + strings.Join(args, " "), Log: testLog(out)})
+		d.Tests = append(d.Tests, TestRun{Title: t.title, Cmd: cmd, Log: testLog(out)})
 	}
 	return nil
 }
