@@ -70,12 +70,13 @@ fmt-check:
 	@out="$$("$$($(GO) env GOROOT)/bin/gofmt" -l .)" || exit 1; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The hybrid limiter's suite runs a second time with every key's allowance
-# spread over per-CPU counters, which only hot keys get by default.
+# spread over per-CPU counters, which only hot keys get by default (of the
+# fleet failover tests, only the master's death: each takes ~15 s).
 # HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
 # instead of skipping them.
 race:
 	HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m ./...
-	HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m -tags hybridlimit_stripeall ./sync/
+	HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m -tags hybridlimit_stripeall -skip 'TestFleetFailover/(stop3s|failover)' ./sync/
 
 # make bench: ours next to the peers (x/time/rate, uber ratelimit,
 # redis_rate) on one loopback Redis; writes bench/RESULTS.md.

@@ -356,12 +356,14 @@ func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Du
 // warnFallback warns of the live runs whose hybrid limiters failed to
 // sync, and so left decisions to their failure policy: such a run's
 // figures measure the fallback, not the strategy, though it ends like any
-// other.
+// other. A fetch that outlasts the max wait on a loaded machine is the
+// policy's too, so a few such decisions (up to 1%) in a run whose rounds
+// all succeeded are not worth a warning.
 func warnFallback(w io.Writer, rep *sim.Report, durable int) {
 	for _, r := range rep.Results {
 		d := r.Diag
 		n := d.FallbackAllowed + d.FallbackDenied
-		if n == 0 && d.RoundErrors == 0 {
+		if d.RoundErrors == 0 && n*100 <= uint64(r.Decisions) {
 			continue
 		}
 		cause := "Redis did not answer the sync calls in time (too slow or unreachable)"
