@@ -160,8 +160,15 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 	return err
 }
 
-// RefundAt is Refund at a time the caller supplies, and reports how much
-// it gave back: cost, or less when the state held less to give.
+// Give is Refund that reports how much it gave back: cost, or less when
+// the state held less to give (a bucket that filled up, a window count that
+// restarted). A caller spreading a refund over several keys, such as the
+// parts of a split key, gives the rest to the next.
+func (l *Limiter) Give(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (given int64, err error) {
+	return l.refund(ctx, 0, key, limit, cost)
+}
+
+// RefundAt is Give at a time the caller supplies.
 func (l *Limiter) RefundAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (given int64, err error) {
 	us, err := micros(now)
 	if err != nil {
@@ -176,18 +183,29 @@ func (l *Limiter) RefundAt(ctx context.Context, now time.Time, key string, limit
 // others'). Every Limiter on the same Redis and prefix sees the reset at
 // once.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	keys, err := l.Keys(key)
+	if err != nil {
+		return err
+	}
+	return del(ctx, l.rdb, l.alg.String(), keys)
+}
+
+// Keys returns the names of the Redis keys that hold key's state under
+// this Limiter's algorithm (two for the sliding log, one otherwise), for
+// inspection, or for deleting many keys' state in one pipeline.
+func (l *Limiter) Keys(key string) ([]string, error) {
 	if l == nil || isNil(l.rdb) {
-		return fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	_, kinds, err := l.script()
 	if err != nil {
-		return fmt.Errorf("global: %w", err)
+		return nil, fmt.Errorf("global: %w", err)
 	}
 	keys, err := keyNames(l.ks, key, kinds...)
 	if err != nil {
-		return fmt.Errorf("global: %s: %w", l.alg, err)
+		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
-	return del(ctx, l.rdb, l.alg.String(), keys)
+	return keys, nil
 }
 
 // del deletes keys, which share a slot, in one command.
