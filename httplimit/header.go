@@ -32,6 +32,16 @@ var (
 	keyReset      = textproto.CanonicalMIMEHeaderKey(HeaderLegacyReset)
 )
 
+// WriteHeaders sets on h the response fields of d, as the Handler does:
+// RateLimit-Policy and RateLimit for d's policies, the X-RateLimit-*
+// fields under WithLegacyHeaders, and Retry-After when d rejects the
+// request and a wait would admit it. A handler that renders Check's
+// decision itself, or an OnLimited hook that writes a body of its own,
+// gets the same fields from it.
+func (m *Middleware) WriteHeaders(h http.Header, d *Decision) {
+	writeFields(h, d, m.flags.Load().legacy)
+}
+
 // writeFields sets the response fields of a decision on h.
 func writeFields(h http.Header, d *Decision, legacy bool) {
 	if len(d.Policies) > 0 {
@@ -81,10 +91,11 @@ func appendPolicyField(b []byte, ps []Policy) []byte {
 }
 
 // appendRateLimitField appends the RateLimit field value, a Structured
-// Field List with one Item per policy: the name, r (remaining quota units)
-// and t (seconds until the quota resets, rounded up).
+// Field List with one Item per policy: the name, r (the available quota)
+// and t (the effective window: the seconds until more quota is available,
+// Policy.Next rounded up, left out when unknown).
 //
-//	"per-ip";r=42;t=35
+//	"per-ip";r=0;t=6
 func appendRateLimitField(b []byte, ps []Policy) []byte {
 	for i := range ps {
 		p := &ps[i]
@@ -94,8 +105,10 @@ func appendRateLimitField(b []byte, ps []Policy) []byte {
 		b = appendSFString(b, p.Name)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, sfInt(p.Result.Remaining), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, sfInt(ceilSeconds(p.Result.ResetAfter)), 10)
+		if p.Next >= 0 {
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, sfInt(ceilSeconds(p.Next)), 10)
+		}
 	}
 	return b
 }

@@ -25,6 +25,20 @@ func (l *fakeLimiter) AllowN(_ context.Context, key string, limit hybridlimit.Li
 	return l.f(key, limit, cost)
 }
 
+// refunder is a fakeLimiter that also takes refunds, and counts them.
+type refunder struct {
+	*fakeLimiter
+	refunds []string
+}
+
+func (l *refunder) Refund(_ context.Context, key string, _ hybridlimit.Limit, _ int64) error {
+	l.refunds = append(l.refunds, key)
+	return nil
+}
+
+// refunding returns a refunder that always answers r.
+func refunding(r hybridlimit.Result) *refunder { return &refunder{fakeLimiter: answer(r, nil)} }
+
 // answer returns a fakeLimiter that always answers r (with the limit filled in) and err.
 func answer(r hybridlimit.Result, err error) *fakeLimiter {
 	return &fakeLimiter{f: func(_ string, limit hybridlimit.Limit, _ int64) (hybridlimit.Result, error) {

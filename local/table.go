@@ -159,8 +159,8 @@ func live(tat uint64) uint64 {
 	return tat
 }
 
-// errZeroTable is returned by the methods of a Table not made by NewTable.
-var errZeroTable = errors.New("local: Table not made by NewTable")
+// ErrZeroTable is returned by the methods of a Table not made by NewTable.
+var ErrZeroTable = errors.New("local: Table not made by NewTable")
 
 // NewTable returns an empty Table. It returns an error for an invalid
 // option. NewTable starts no goroutine.
@@ -277,7 +277,7 @@ func (t *Table) check(key string) (uint64, *shard, error) {
 // kept out of the decision paths.
 func (t *Table) badKey(key string) error {
 	if len(t.shards) == 0 {
-		return errZeroTable
+		return ErrZeroTable
 	}
 	return fmt.Errorf("local: %w", hybridlimit.CheckKey(key))
 }
@@ -491,7 +491,7 @@ func (t *Table) Set(key string, now time.Time, limit hybridlimit.Limit, tokens i
 }
 
 // Delete forgets key's bucket, as if it were full, and reports whether the
-// key was there.
+// key was there: the Reset of the other limiters of this module.
 func (t *Table) Delete(key string) bool {
 	h, s, err := t.check(key)
 	if err != nil {

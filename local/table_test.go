@@ -419,11 +419,11 @@ func TestTableBadInput(t *testing.T) {
 	}
 	// The zero Table refuses politely.
 	var zero Table
-	if _, err := zero.AllowN("k", t0, gridLimit, 1); !errors.Is(err, errZeroTable) {
-		t.Errorf("zero Table: AllowN error = %v, want %v", err, errZeroTable)
+	if _, err := zero.AllowN("k", t0, gridLimit, 1); !errors.Is(err, ErrZeroTable) {
+		t.Errorf("zero Table: AllowN error = %v, want %v", err, ErrZeroTable)
 	}
-	if _, err := zero.Allow("k", gridLimit); !errors.Is(err, errZeroTable) {
-		t.Errorf("zero Table: Allow error = %v, want %v", err, errZeroTable)
+	if _, err := zero.Allow("k", gridLimit); !errors.Is(err, ErrZeroTable) {
+		t.Errorf("zero Table: Allow error = %v, want %v", err, ErrZeroTable)
 	}
 	if zero.Delete("k") || zero.Len() != 0 || zero.Sweep(t0) != 0 {
 		t.Error("zero Table: Delete, Len or Sweep found something")
