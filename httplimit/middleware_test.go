@@ -23,7 +23,7 @@ import (
 // newHybrid starts a hybrid limiter on the shared Redis, closed when the
 // test ends. The max wait is generous: the first fetch on a cold
 // connection must not be mistaken for a denial.
-func newHybrid(t *testing.T, rdb hybridlimit.Redis) *hlsync.Limiter {
+func newHybrid(t testing.TB, rdb hybridlimit.Redis) *hlsync.Limiter {
 	t.Helper()
 	l, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second),
 		hlsync.WithSyncInterval(50*time.Millisecond, 0.1))
