@@ -157,26 +157,11 @@ func Static(key string) KeyFunc {
 // '\' inside a part are escaped, so distinct combinations never make the
 // same key.
 func Join(parts ...KeyFunc) KeyFunc {
-	parts = append([]KeyFunc(nil), parts...)
-	return func(c *Call) (string, bool) {
-		var b strings.Builder
-		for i, p := range parts {
-			k, ok := p(c)
-			if !ok {
-				return "", false
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			for j := 0; j < len(k); j++ {
-				if k[j] == '|' || k[j] == '\\' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(k[j])
-			}
-		}
-		return b.String(), b.Len() > 0
+	fs := make([]func(*Call) (string, bool), len(parts))
+	for i, p := range parts {
+		fs[i] = p
 	}
+	return ruleset.Join(fs...)
 }
 
 // Methods matches calls to the named methods: full names such as

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -457,14 +456,7 @@ func TestConfigEmbeds(t *testing.T) {
 // TestConfigReload swaps a middleware's rules and header options from a
 // new config; the local rule's key keeps what it spent.
 func TestConfigReload(t *testing.T) {
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	env := Env{Local: loc}
 	parse := func(doc string) *Config {
 		c, err := ParseConfig([]byte(doc), YAML)

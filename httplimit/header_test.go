@@ -12,7 +12,6 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func containsAll(s string, subs ...string) bool {
@@ -173,14 +172,7 @@ func TestFieldsFollowDraft(t *testing.T) {
 		}
 		return l
 	}
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	// want is one response's fields; t < 0 means no t parameter.
 	type want struct {
 		status     int

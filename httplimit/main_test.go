@@ -10,6 +10,7 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/httplimit/internal/sfv"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -23,6 +24,20 @@ type fakeLimiter struct {
 func (l *fakeLimiter) AllowN(_ context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	l.keys = append(l.keys, key)
 	return l.f(key, limit, cost)
+}
+
+// newLocal returns a Local on a table of its own.
+func newLocal(tb testing.TB) *Local {
+	tb.Helper()
+	tbl, err := local.NewTable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := NewLocal(tbl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }
 
 // refunder is a fakeLimiter that also takes refunds, and counts them.

@@ -91,14 +91,7 @@ func TestNoKeySaysSo(t *testing.T) {
 // TestLimitFunc gives each request its plan's limit, and treats an invalid
 // one as the rule's error.
 func TestLimitFunc(t *testing.T) {
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	tiers := map[string]hybridlimit.Limit{"free": hybridlimit.PerMinute(2), "pro": hybridlimit.PerMinute(5)}
 	m, err := New([]Rule{{
 		Name: "per-plan", Limiter: loc, Key: Header("X-User"), OnError: FailClosed,
@@ -201,14 +194,7 @@ func TestHooks(t *testing.T) {
 // keeps its name keeps its keys' quotas and counters, a new rule starts,
 // a dropped one stops, and an invalid list changes nothing.
 func TestReloadKeepsState(t *testing.T) {
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	five := Rule{Name: "per-user", Limiter: loc, Limit: hybridlimit.PerHour(5), Key: Header("X-User")}
 	m, err := New([]Rule{five, {Name: "old", Limiter: loc, Limit: hybridlimit.PerHour(100), Key: Static("all")}})
 	if err != nil {
@@ -266,14 +252,7 @@ func TestReloadKeepsState(t *testing.T) {
 // TestReset forgets a key under a rule: by the identity its key function
 // returns, or by a request carrying it (an API key, which APIKey hashes).
 func TestReset(t *testing.T) {
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	m, err := New([]Rule{
 		{Name: "per-ip", Limiter: loc, Limit: hybridlimit.PerHour(1), Key: IP(nil)},
 		{Name: "per-key", Limiter: loc, Limit: hybridlimit.PerHour(1), Key: APIKey("X-API-Key")},

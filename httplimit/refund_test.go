@@ -10,7 +10,6 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestRejectedRequestCostsNothing hammers a per-IP and a per-API-key rule
@@ -29,14 +28,7 @@ func TestRejectedRequestCostsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inProcess, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inProcess := newLocal(t)
 	perIP, perKey := hybridlimit.PerHour(2000), hybridlimit.PerHour(500)
 	for _, tt := range []struct {
 		name string

@@ -157,6 +157,36 @@ func (r *rule[R]) limiterKey(key string) string {
 	return r.raw + key
 }
 
+// Join combines key functions into one: the rule applies only when every
+// part does. Parts are joined by '|', and '|' and '\' inside a part are
+// escaped, so distinct combinations never make the same key.
+func Join[R any](parts ...func(R) (string, bool)) func(R) (string, bool) {
+	parts = append([]func(R) (string, bool)(nil), parts...)
+	return func(req R) (string, bool) {
+		var b strings.Builder
+		for i, p := range parts {
+			k, ok := p(req)
+			if !ok {
+				return "", false
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			if !strings.ContainsAny(k, `|\`) {
+				b.WriteString(k)
+				continue
+			}
+			for j := 0; j < len(k); j++ {
+				if k[j] == '|' || k[j] == '\\' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(k[j])
+			}
+		}
+		return b.String(), b.Len() > 0
+	}
+}
+
 // Digest returns 128 bits of SHA-256 of s, hex-encoded.
 func Digest(s string) string {
 	sum := sha256.Sum256([]byte(s))
