@@ -45,5 +45,6 @@ func NewLocal(t *local.Table) (*Local, error) {
 }
 
 // Kind names the kind of a Limiter, as logs and metrics label it:
-// "hybrid", "global", "local", or "custom" for any other implementation.
+// "hybrid", "global" (the exact limiters of packages global and
+// sharding), "local", or "custom" for any other implementation.
 func Kind(l Limiter) string { return ruleset.Kind(l) }

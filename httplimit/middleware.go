@@ -130,7 +130,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		case http.StatusTooManyRequests:
 			if m.cfg.onLimited != nil {
 				h.Set("Cache-Control", "no-store")
-				m.cfg.onLimited(w, r, &d)
+				hd := d // a copy for the hook, so that d itself stays on the stack
+				m.cfg.onLimited(w, r, &hd)
 				return
 			}
 			detail := fmt.Sprintf("Quota exceeded for %s.", quoteList(d.Violated))
@@ -138,7 +139,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		default:
 			if m.cfg.onError != nil {
 				h.Set("Cache-Control", "no-store")
-				m.cfg.onError(w, r, &d)
+				hd := d
+				m.cfg.onError(w, r, &hd)
 				return
 			}
 			writeProblem(w, d.Status, d.RetryAfter, reducedCapacity, "Rate limits could not be checked; try again later.", nil)

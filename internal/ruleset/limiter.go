@@ -153,13 +153,13 @@ func (l *Local) Reset(_ context.Context, key string) error {
 }
 
 // Kind names the kind of a Limiter, as logs and metrics label it:
-// "hybrid", "global", "local", or "custom" for any other implementation
-// (sharding.Global included).
+// "hybrid", "global" (the exact limiters, sharding.Global included),
+// "local", or "custom" for any other implementation.
 func Kind(l Limiter) string {
 	switch l.(type) {
 	case *hlsync.Limiter:
 		return "hybrid"
-	case *global.Limiter:
+	case *global.Limiter, algorithmer:
 		return "global"
 	case *Local:
 		return "local"
