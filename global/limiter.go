@@ -294,22 +294,36 @@ const (
 	kindConcurrency   = "cc"
 )
 
+// algorithmKinds are the kinds of the keys each algorithm's script
+// touches, shared by every call: a slice made per call was an allocation
+// of every decision.
+var algorithmKinds = [...][]string{
+	TokenBucket:   {kindTokenBucket},
+	GCRA:          {kindGCRA},
+	FixedWindow:   {kindFixedWindow},
+	SlidingWindow: {kindSlidingWindow},
+	SlidingLog:    {kindSlidingLog, kindSlidingMeta},
+}
+
 // script returns the algorithm's script and the kinds of the keys it
-// touches.
+// touches, which the caller must not modify.
 func (l *Limiter) script() (*lua.Script, []string, error) {
+	var s *lua.Script
 	switch l.alg {
 	case TokenBucket:
-		return lua.TokenBucket, []string{kindTokenBucket}, nil
+		s = lua.TokenBucket
 	case GCRA:
-		return lua.GCRA, []string{kindGCRA}, nil
+		s = lua.GCRA
 	case FixedWindow:
-		return lua.FixedWindow, []string{kindFixedWindow}, nil
+		s = lua.FixedWindow
 	case SlidingWindow:
-		return lua.SlidingWindow, []string{kindSlidingWindow}, nil
+		s = lua.SlidingWindow
 	case SlidingLog:
-		return lua.SlidingLog, []string{kindSlidingLog, kindSlidingMeta}, nil
+		s = lua.SlidingLog
+	default:
+		return nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
 	}
-	return nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
+	return s, algorithmKinds[l.alg], nil
 }
 
 // plan returns the script, keys and arguments of one decision.
