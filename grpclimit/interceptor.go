@@ -209,8 +209,11 @@ func (i *Interceptor) Stats() Stats { return i.eng.Stats() }
 
 // Check evaluates the rules for c and returns the verdict, as the
 // interceptors do, without answering anything. It returns an error only
-// when c's context ends during a decision.
+// when c's context ends during a decision, or for a nil c or c.Ctx.
 func (i *Interceptor) Check(c *Call) (Decision, error) {
+	if c == nil || c.Ctx == nil {
+		return Decision{}, errors.New("grpclimit: nil call or context")
+	}
 	d, err := i.eng.Check(c.Ctx, c)
 	if err != nil {
 		return Decision{}, err

@@ -352,3 +352,16 @@ func TestKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestNilCall: Check of a nil call or context is an error, not a panic.
+func TestNilCall(t *testing.T) {
+	ic, err := grpclimit.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*grpclimit.Call{nil, {FullMethod: checkMethod}} {
+		if _, err := ic.Check(c); err == nil {
+			t.Errorf("Check(%+v) succeeded", c)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -46,6 +47,8 @@ func Classify(err error) ErrorClass { return ruleset.Classify(err) }
 // Result and Next, the time until more quota is available (RateLimit's t).
 type Policy = ruleset.Policy
 
+var errNilRequest = errors.New("httplimit: nil request")
+
 // Decision is the middleware's verdict on one request.
 type Decision struct {
 	// Status is http.StatusOK when the request may proceed,
@@ -72,8 +75,8 @@ func (d *Decision) Allowed() bool { return d.Status == http.StatusOK }
 // Check evaluates the rules for r and returns the verdict without writing
 // anything. The Handler calls it; call it yourself to render the verdict
 // another way (WriteHeaders writes the fields). It returns an error only
-// when r's context ends during a decision: the request should then not be
-// served.
+// when r's context ends during a decision, and the request should then
+// not be served, or for a nil r.
 //
 // Rules are evaluated in the order given until one rejects the request:
 // the first enforced rule that denies it (429), or whose limiter fails
@@ -93,6 +96,9 @@ func (d *Decision) Allowed() bool { return d.Status == http.StatusOK }
 // The tightest rule, reported first, is the denying rule if any, else the
 // enforced rule with the least Remaining. Ties go to the earlier rule.
 func (m *Middleware) Check(r *http.Request) (Decision, error) {
+	if r == nil {
+		return Decision{}, errNilRequest
+	}
 	d, err := m.eng.Check(r.Context(), r)
 	if err != nil {
 		return Decision{}, err

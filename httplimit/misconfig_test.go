@@ -303,3 +303,14 @@ func TestReset(t *testing.T) {
 		}
 	}
 }
+
+// TestNilRequest: Check of a nil request is an error, not a panic.
+func TestNilRequest(t *testing.T) {
+	m, err := New([]Rule{{Name: "r", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Check(nil); err == nil {
+		t.Error("Check(nil) succeeded")
+	}
+}
