@@ -384,3 +384,91 @@ func gap(rng *rand.Rand, period int64) int64 {
 		return rng.Int64N(2 * period)
 	}
 }
+
+// TestLimitChangeMatchesModel switches the limit of one key at random among
+// several, with random costs at random times, on the token bucket and
+// GCRA, against an exact model that keeps the tokens a bucket holds across
+// a change (refilled under the old limit, cut to the new burst; a full
+// bucket is full under the new limit, as an absent key is). The model
+// follows the script's decisions. The script must never admit a cost the
+// model does not hold, never report more remaining than the model, and may
+// deny only what a loss of less than a token per change since the bucket
+// was last full explains: each conversion rounds toward fewer tokens, by
+// less than 1/period of a token (the token bucket's fraction) or 1/rate of
+// a microsecond (GCRA's arrival time).
+func TestLimitChangeMatchesModel(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	limits := []hybridlimit.Limit{
+		hybridlimit.PerSecond(3),
+		{Rate: 7, Period: time.Minute, Burst: 2},
+		{Rate: 1000, Period: time.Second, Burst: 50},
+		hybridlimit.Every(250*time.Millisecond, 5),
+		hybridlimit.PerHour(10),
+		{Rate: 13, Period: 1_000_001 * us, Burst: 13},
+		hybridlimit.PerHour(1e10),
+	}
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		l, err := New(c, alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seed := range 6 {
+			t.Run(fmt.Sprintf("%v/%d", alg, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(alg), uint64(seed)))
+				key := fmt.Sprintf("change-%d", seed)
+				limit := limits[rng.IntN(len(limits))]
+				m := &bucketModel{rate: limit.Rate, period: ceilMicros(limit.Period), burst: limit.Burst}
+				now := t0.UnixMicro()
+				changes, admitted, denied := 0, 0, 0
+				for i := range 300 {
+					now += gap(rng, m.period)
+					if rng.IntN(4) == 0 { // a new limit, converted at this call
+						limit = limits[rng.IntN(len(limits))]
+						tok := m.at(now)
+						if b := rat(limit.Burst); tok.Cmp(b) > 0 {
+							tok = b
+						}
+						if m.tokens != nil && m.at(now).Cmp(rat(m.burst)) < 0 {
+							m.tokens, m.ts = tok, now
+						} else {
+							m.tokens = nil // full: as absent
+						}
+						m.rate, m.period, m.burst = limit.Rate, ceilMicros(limit.Period), limit.Burst
+						changes++
+					}
+					tok := m.at(now)
+					if tok.Cmp(rat(m.burst)) == 0 {
+						changes = 0 // full: no loss can remain
+					}
+					cost := 1 + rng.Int64N(min(limit.Burst, 5))
+					got, err := l.AllowAt(t.Context(), timeUS(now), key, limit, cost)
+					if err != nil {
+						t.Fatalf("op %d: %v", i, err)
+					}
+					if got.Remaining > floorRat(tok) {
+						t.Fatalf("op %d under %v: remaining %d, the model holds %s", i, limit, got.Remaining, tok.FloatString(6))
+					}
+					if got.Allowed {
+						admitted++
+						if tok.Cmp(rat(cost)) < 0 {
+							t.Fatalf("op %d under %v: admitted %d, the model holds %s", i, limit, cost, tok.FloatString(6))
+						}
+						tok.Sub(tok, rat(cost))
+						m.tokens, m.ts = tok, now
+						continue
+					}
+					denied++
+					if slack := new(big.Rat).Add(rat(cost), rat(int64(changes))); tok.Cmp(slack) >= 0 {
+						t.Fatalf("op %d under %v: denied %d, the model holds %s after %d changes", i, limit, cost, tok.FloatString(6), changes)
+					}
+				}
+				if admitted == 0 || denied == 0 {
+					t.Errorf("%d admitted, %d denied: not both paths", admitted, denied)
+				}
+			})
+		}
+	}
+}

@@ -366,6 +366,8 @@ func (p *params) set(v uint64, tokens int64) uint64 {
 // t: the tokens it holds at t under from, in whole units of from, are kept,
 // in units of to rounded down and cut to to's burst, so that a raised limit
 // refills at once from what the bucket held and a lowered one clamps. A
+// full bucket stays full, as forgetting it (Table does) must change
+// nothing. A
 // bucket short of more than its burst at t (t is before a state it has been
 // through) is converted at the instant it held nothing, later than t, as an
 // empty bucket: converting at t would hand it a refill it never waited for.

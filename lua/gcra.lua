@@ -42,7 +42,8 @@
 -- converted state even when it is denied, so the change takes effect at
 -- that call. A TAT more than burst0*T0 ahead (the clock stepped back) is
 -- converted at the instant the bucket was empty, TAT - burst0*T0, as an
--- empty bucket. State without p or b (written before they were kept) keeps
+-- empty bucket. A bucket full under the old limit (TAT not ahead of now)
+-- is full under the new one, as an absent key is. State without p or b (written before they were kept) keeps
 -- its TAT, its fraction rounded up into this rate's units.
 --
 -- TTL: TAT - now (when the limiter is idle again), set on every write; a

@@ -26,7 +26,9 @@
 -- the one that wrote it) keeps the tokens the bucket holds: it is refilled
 -- under the old limit up to now, its fraction of a token rescaled to the
 -- new period (rounded down), cut to the new burst, and refilled under the
--- new limit from now on. The first call under the new limit writes the
+-- new limit from now on. A bucket full under the old limit is full under
+-- the new one, as an absent key is: a full bucket's state expires, and
+-- forgetting it must change nothing. The first call under the new limit writes the
 -- converted state even when it is denied, so the change takes effect at
 -- that call. State written before the limit was kept (no r, b) is read
 -- under the call's limit, its fraction dropped if p differs.
@@ -89,7 +91,9 @@ end
 
 refill(r0, p0, b0)
 if changed then
-  if p0 ~= period then
+  if n >= b0 then
+    n, m = burst, 0 -- full: full under the new limit too, as an absent key is
+  elseif p0 ~= period then
     m = mul_div(m, period, 0, p0) -- m/p0 of a token in units of 1/period, rounded down
   end
   if n >= burst then
