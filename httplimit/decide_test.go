@@ -17,6 +17,15 @@ import (
 
 var limit10 = hybridlimit.PerMinute(10)
 
+// testRule returns a rule of limit10 on a static key, edited.
+func testRule(name string, l Limiter, edit ...func(*Rule)) Rule {
+	r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
+	for _, e := range edit {
+		e(&r)
+	}
+	return r
+}
+
 func TestCheck(t *testing.T) {
 	errDown := fmt.Errorf("global: gcra: %w: dial tcp: refused", hybridlimit.ErrUnavailable)
 	type row struct {
@@ -29,13 +38,7 @@ func TestCheck(t *testing.T) {
 		violated   []string
 		remainings []int64
 	}
-	rule := func(name string, l Limiter, edit ...func(*Rule)) Rule {
-		r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
-		for _, e := range edit {
-			e(&r)
-		}
-		return r
-	}
+	rule := testRule
 	shadow := func(r *Rule) { r.Shadow = true }
 	closed := func(r *Rule) { r.OnError = FailClosed }
 	exempt := func(r *Rule) { r.Exempt = func(*http.Request) bool { return true } }
@@ -164,13 +167,7 @@ func TestCheck(t *testing.T) {
 
 func TestCheckCounts(t *testing.T) {
 	errDown := fmt.Errorf("x: %w", hybridlimit.ErrUnavailable)
-	rule := func(name string, l Limiter, edit ...func(*Rule)) Rule {
-		r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
-		for _, e := range edit {
-			e(&r)
-		}
-		return r
-	}
+	rule := testRule
 	shadow := func(r *Rule) { r.Shadow = true }
 	// Each list ends with at most one rule that rejects, since the first
 	// rejection ends the evaluation; what admitted before it is refunded.
