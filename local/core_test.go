@@ -721,3 +721,82 @@ func TestCoreSetLimitToHighRate(t *testing.T) {
 		t.Errorf("Tokens(x+1ms) = %d, want %d: full", got, fast.Burst)
 	}
 }
+
+// TestCoreSetLimitMatchesModel switches a Core among several limits at
+// random times, spending at random, against an exact model that keeps the
+// tokens across each change (refilled under the old limit, cut to the new
+// burst; a full bucket stays full). The Core follows its own decisions,
+// the model the Core's: the Core never admits a cost the model does not
+// hold and never holds more whole tokens than the model, and holds at
+// most one fewer per change since the bucket was last full for a while (each change
+// rounds toward fewer tokens, by less than a unit). The limits are all of
+// the exact case, so nothing else is rounded.
+func TestCoreSetLimitMatchesModel(t *testing.T) {
+	limits := []hybridlimit.Limit{
+		gridLimit, hybridlimit.PerSecond(1000), hybridlimit.PerMinute(7).WithBurst(2),
+		{Rate: 13, Period: 1_000_001 * time.Microsecond, Burst: 13}, hybridlimit.PerHour(1e10),
+		hybridlimit.Every(250*time.Millisecond, 5), {Rate: 3, Period: time.Second, Burst: 9},
+	}
+	for seed := range 20 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		l := limits[rng.IntN(len(limits))]
+		now := int64(epoch)
+		c := mustCore(t, l, now)
+		model := new(big.Rat).SetInt64(l.Burst) // tokens at ts
+		ts := now
+		at := func(x int64) *big.Rat { // the model's tokens at x
+			r := new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(x-ts), big.NewInt(l.Rate)), big.NewInt(int64(l.Period)))
+			r.Add(r, model)
+			if b := new(big.Rat).SetInt64(l.Burst); r.Cmp(b) > 0 {
+				r = b
+			}
+			return r
+		}
+		changes, fullSince := 0, int64(-1)
+		for i := range 400 {
+			now += rng.Int64N(int64(l.Period)/l.Rate*2 + 1)
+			if rng.IntN(4) == 0 {
+				next := limits[rng.IntN(len(limits))]
+				// Full stays full: as the Core has it, which may be short of
+				// the model by less than a unit per change, and so not full
+				// at the instant the model fills up.
+				tok := at(now)
+				if c.Tokens(now) == l.Burst || tok.Cmp(new(big.Rat).SetInt64(next.Burst)) > 0 {
+					tok = new(big.Rat).SetInt64(next.Burst)
+				}
+				if err := c.SetLimit(now, next); err != nil {
+					t.Fatal(err)
+				}
+				l, model, ts = next, tok, now
+				changes++
+				fullSince = -1
+			}
+			tok := at(now)
+			// Full at an earlier call and still: the Core, less than a unit
+			// short per change, is full by now too.
+			if full := tok.Cmp(new(big.Rat).SetInt64(l.Burst)) == 0; !full {
+				fullSince = -1
+			} else if fullSince < 0 {
+				fullSince = now
+			} else if fullSince < now {
+				changes = 0
+			}
+			whole := new(big.Int).Quo(tok.Num(), tok.Denom()).Int64()
+			if got := c.Tokens(now); got > whole || got < whole-int64(changes) {
+				t.Fatalf("seed %d op %d under %v: Core holds %d, the model %s after %d changes", seed, i, l, got, tok.FloatString(6), changes)
+			}
+			cost := 1 + rng.Int64N(min(l.Burst, 4))
+			r, err := c.Take(now, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				if tok.Cmp(new(big.Rat).SetInt64(cost)) < 0 {
+					t.Fatalf("seed %d op %d under %v: admitted %d, the model holds %s", seed, i, l, cost, tok.FloatString(6))
+				}
+				model, ts = tok.Sub(tok, new(big.Rat).SetInt64(cost)), now
+				fullSince = -1
+			}
+		}
+	}
+}
