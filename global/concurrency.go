@@ -172,6 +172,20 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 	return Lease{Key: key, ID: id, Expires: start.Add(time.Duration(ttl) * time.Microsecond)}, r, nil
 }
 
+// Reset forgets key: every lease on it is dropped, held or not, and the
+// next Acquire finds all MaxInFlight free. A holder whose lease was dropped
+// may still Release it, which reports false.
+func (c *Concurrency) Reset(ctx context.Context, key string) error {
+	if c == nil || isNil(c.rdb) {
+		return fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+	}
+	keys, err := keyNames(c.ks, key, kindConcurrency)
+	if err != nil {
+		return fmt.Errorf("global: concurrency: %w", err)
+	}
+	return del(ctx, c.rdb, "concurrency", keys)
+}
+
 // Release gives back a lease. It reports whether the lease was still held:
 // false when it had expired (its work may have overlapped another holder's)
 // or was already released. Releasing twice is harmless. A client that runs

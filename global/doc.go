@@ -22,6 +22,24 @@
 // takes the time from the caller instead of Redis (the simulator on
 // virtual time; see package lua). Limits are passed on each call.
 //
+// Limits change. A key asked under another limit than the one that wrote
+// its state keeps what it holds: the token algorithms keep the tokens the
+// bucket holds at that call (refilled under the old limit until then), cut
+// to the new burst, and refill at the new rate from then on, so a raised
+// limit admits within one refill of the new limit and a lowered one clamps
+// at once; the window algorithms compare the count of the current window
+// with the new quota, and a new period counts in its current window what
+// the old window that overlaps it counted (the sliding log, which keeps
+// every request's time, needs no conversion). The first call under the new
+// limit writes the converted state, denied or not. The header of each
+// script in package lua gives the exact rule.
+//
+// Refund gives back what an admitted decision took, for a request that
+// was not served after all (another rule rejected it): a bucket regains
+// the tokens, never beyond its burst; a window takes the cost off its
+// current count; the sliding log removes the request's entry. Reset forgets
+// a key, as if it had never been used.
+//
 // Keys are named by hybridlimit.Keyspace: prefix + "{" + escaped key + "}" +
 // ":" + kind, so the keys of one decision share a Cluster slot. Every key
 // written has a TTL on every path. A NOSCRIPT reply (script cache emptied by

@@ -58,13 +58,15 @@ func TestSlidingWindowRetryAfterClockBack(t *testing.T) {
 	checkTTLs(t, c, p)
 }
 
-// TestDenialUnderNewLimitKeepsState: the TTL a write sets is the
-// time the state matters under the limit of that write. A later call under
-// a limit for which the state matters longer (a slower refill, a longer
-// window) that is denied writes nothing, so the key expires on the old
-// schedule and then reads as a full bucket / an empty window: the next
-// call is admitted although the same state, had it been kept, denies it
-// (and the denial's RetryAfter said to wait about an hour / a minute).
+// TestDenialUnderNewLimitKeepsState: the TTL a write sets is the time the
+// state matters under the limit of that write. A later call under a limit
+// for which the state matters longer (a slower refill, a longer window)
+// that is denied must keep the state that long: the token bucket writes
+// the state converted to the new limit, the window algorithms lengthen
+// the TTL. Expired on the old schedule, the key read as a full bucket / an
+// empty window, and the next call was admitted although the same state,
+// had it been kept, denies it (and the denial's RetryAfter said to wait
+// about an hour / a minute).
 func TestDenialUnderNewLimitKeepsState(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
@@ -78,10 +80,13 @@ func TestDenialUnderNewLimitKeepsState(t *testing.T) {
 		}
 		fast := hybridlimit.Limit{Rate: 1000, Period: time.Second, Burst: 10} // full in 10ms
 		slow := hybridlimit.Limit{Rate: 1, Period: time.Hour, Burst: 10}      // one token an hour
-		if r, err := l.AllowN(ctx, "tb", fast, 10); err != nil || !r.Allowed {
+		// The caller's clock is the real one, so the TTLs Redis counts
+		// down match it; the first two calls share an instant.
+		now := time.Now()
+		if r, err := l.AllowAt(ctx, now, "tb", fast, 10); err != nil || !r.Allowed {
 			t.Fatalf("setup: %+v %v", r, err)
 		}
-		r, err := l.AllowN(ctx, "tb", slow, 1)
+		r, err := l.AllowAt(ctx, now, "tb", slow, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +97,7 @@ func TestDenialUnderNewLimitKeepsState(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		admitted := 0
 		for range 10 {
-			r, err := l.AllowN(ctx, "tb", slow, 1)
+			r, err := l.AllowAt(ctx, time.Now(), "tb", slow, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

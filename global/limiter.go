@@ -103,14 +103,14 @@ func (l *Limiter) Algorithm() Algorithm {
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, 1, false)
+	return l.decide(ctx, 0, key, limit, 1, lua.Spend)
 }
 
 // AllowN decides whether a request of the given cost on key is admitted
 // under limit now, by the Redis clock, and spends the cost if it is. The
 // cost must be in [1, limit.Burst].
 func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, cost, false)
+	return l.decide(ctx, 0, key, limit, cost, lua.Spend)
 }
 
 // AllowAt is AllowN at a time the caller supplies instead of Redis TIME.
@@ -121,12 +121,12 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, limit 
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	return l.decide(ctx, us, key, limit, cost, false)
+	return l.decide(ctx, us, key, limit, cost, lua.Spend)
 }
 
 // Peek is shorthand for PeekN(ctx, key, limit, 1).
 func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, 1, true)
+	return l.decide(ctx, 0, key, limit, 1, lua.Peek)
 }
 
 // PeekN reports what AllowN with this cost would answer now, without
@@ -134,7 +134,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 // admitted, Remaining what is left now, RetryAfter how long until it would
 // be admitted.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, cost, true)
+	return l.decide(ctx, 0, key, limit, cost, lua.Peek)
 }
 
 // PeekAt is PeekN at a time the caller supplies.
@@ -143,36 +143,100 @@ func (l *Limiter) PeekAt(ctx context.Context, now time.Time, key string, limit h
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	return l.decide(ctx, us, key, limit, cost, true)
+	return l.decide(ctx, us, key, limit, cost, lua.Peek)
 }
 
-// decide validates, names the keys, runs the algorithm's script and decodes
-// its reply. nowUS 0 means Redis TIME.
-func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, peek bool) (hybridlimit.Result, error) {
+// Refund gives back cost units that a decision on key under limit took,
+// for a request that was admitted but not served (another rule rejected
+// it, the handler refused it): a bucket regains cost tokens, never more
+// than its burst; a window takes cost off its current count, never below
+// 0 (a count of a window that has ended is gone already); the sliding log
+// removes the request's entry. Refunding a decision that was denied, or
+// refunding twice, gives back what was never taken: call it once per
+// admitted decision. It reports no error for a key with nothing to give
+// back (absent, full, or its window over).
+func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
+	_, err := l.refund(ctx, 0, key, limit, cost)
+	return err
+}
+
+// Give is Refund that reports how much it gave back: cost, or less when
+// the state held less to give (a bucket that filled up, a window count that
+// restarted). A caller spreading a refund over several keys, such as the
+// parts of a split key, gives the rest to the next.
+func (l *Limiter) Give(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (given int64, err error) {
+	return l.refund(ctx, 0, key, limit, cost)
+}
+
+// RefundAt is Give at a time the caller supplies.
+func (l *Limiter) RefundAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (given int64, err error) {
+	us, err := micros(now)
+	if err != nil {
+		return 0, err
+	}
+	return l.refund(ctx, us, key, limit, cost)
+}
+
+// Reset forgets key: its next decision finds a full bucket or an empty
+// window, as a key never used does. It deletes the key's state of this
+// Limiter's algorithm (a key used under several algorithms keeps the
+// others'). Every Limiter on the same Redis and prefix sees the reset at
+// once.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	keys, err := l.Keys(key)
+	if err != nil {
+		return err
+	}
+	return del(ctx, l.rdb, l.alg.String(), keys)
+}
+
+// Keys returns the names of the Redis keys that hold key's state under
+// this Limiter's algorithm (two for the sliding log, one otherwise), for
+// inspection, or for deleting many keys' state in one pipeline.
+func (l *Limiter) Keys(key string) ([]string, error) {
 	if l == nil || isNil(l.rdb) {
-		return hybridlimit.Result{}, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
-	if err := limit.Validate(); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
-	}
-	if err := limit.CheckCost(cost); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
-	}
-	p := lua.Params{
-		Now:      nowUS,
-		Rate:     limit.Rate,
-		PeriodUS: ceilMicros(limit.Period),
-		Burst:    limit.Burst,
-		Cost:     cost,
-		Peek:     peek,
-	}
-	script, keys, args, err := l.plan(key, p)
+	_, kinds, err := l.script()
 	if err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
+		return nil, fmt.Errorf("global: %w", err)
 	}
-	reply, err := script.Run(ctx, l.rdb, keys, args...)
+	keys, err := keyNames(l.ks, key, kinds...)
 	if err != nil {
-		return hybridlimit.Result{}, redisError(ctx, l.alg.String(), err)
+		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	return keys, nil
+}
+
+// del deletes keys, which share a slot, in one command.
+func del(ctx context.Context, rdb hybridlimit.Redis, what string, keys []string) error {
+	pipe := rdb.Pipeline()
+	pipe.Del(ctx, keys...)
+	_, err := pipe.Exec(ctx)
+	lua.NoteError(rdb, err)
+	if err != nil {
+		return redisError(ctx, what, err)
+	}
+	return nil
+}
+
+func (l *Limiter) refund(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64) (int64, error) {
+	reply, err := l.run(ctx, nowUS, key, limit, cost, lua.Refund)
+	if err != nil {
+		return 0, err
+	}
+	r, err := lua.DecodeRefund(reply, cost)
+	if err != nil {
+		return 0, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	return r.Given, nil
+}
+
+// decide runs one decision and turns its reply into a Result.
+func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode lua.Mode) (hybridlimit.Result, error) {
+	reply, err := l.run(ctx, nowUS, key, limit, cost, mode)
+	if err != nil {
+		return hybridlimit.Result{}, err
 	}
 	d, err := lua.DecodeDecision(reply)
 	if err != nil {
@@ -188,6 +252,37 @@ func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hyb
 	}, nil
 }
 
+// run validates, names the keys and runs the algorithm's script in mode,
+// returning its raw reply. nowUS 0 means Redis TIME.
+func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode lua.Mode) (any, error) {
+	if l == nil || isNil(l.rdb) {
+		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	p := lua.Params{
+		Now:      nowUS,
+		Rate:     limit.Rate,
+		PeriodUS: ceilMicros(limit.Period),
+		Burst:    limit.Burst,
+		Cost:     cost,
+		Mode:     mode,
+	}
+	script, keys, args, err := l.plan(key, p)
+	if err != nil {
+		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
+	}
+	reply, err := script.Run(ctx, l.rdb, keys, args...)
+	if err != nil {
+		return nil, redisError(ctx, l.alg.String(), err)
+	}
+	return reply, nil
+}
+
 // Key kinds: the suffix after the hash tag, one per kind of state.
 const (
 	kindTokenBucket   = "tb"
@@ -199,32 +294,52 @@ const (
 	kindConcurrency   = "cc"
 )
 
-// plan returns the script, keys and arguments of one decision.
-func (l *Limiter) plan(key string, p lua.Params) (*lua.Script, []string, []any, error) {
-	var (
-		script *lua.Script
-		kinds  []string
-		args   []any
-		err    error
-	)
+// algorithmKinds are the kinds of the keys each algorithm's script
+// touches, shared by every call: a slice made per call was an allocation
+// of every decision.
+var algorithmKinds = [...][]string{
+	TokenBucket:   {kindTokenBucket},
+	GCRA:          {kindGCRA},
+	FixedWindow:   {kindFixedWindow},
+	SlidingWindow: {kindSlidingWindow},
+	SlidingLog:    {kindSlidingLog, kindSlidingMeta},
+}
+
+// script returns the algorithm's script and the kinds of the keys it
+// touches, which the caller must not modify.
+func (l *Limiter) script() (*lua.Script, []string, error) {
+	var s *lua.Script
 	switch l.alg {
 	case TokenBucket:
-		script, kinds = lua.TokenBucket, []string{kindTokenBucket}
+		s = lua.TokenBucket
+	case GCRA:
+		s = lua.GCRA
+	case FixedWindow:
+		s = lua.FixedWindow
+	case SlidingWindow:
+		s = lua.SlidingWindow
+	case SlidingLog:
+		s = lua.SlidingLog
+	default:
+		return nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
+	}
+	return s, algorithmKinds[l.alg], nil
+}
+
+// plan returns the script, keys and arguments of one decision.
+func (l *Limiter) plan(key string, p lua.Params) (*lua.Script, []string, []any, error) {
+	script, kinds, err := l.script()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var args []any
+	switch l.alg {
+	case TokenBucket:
 		args, err = p.TokenBucketArgs()
 	case GCRA:
-		script, kinds = lua.GCRA, []string{kindGCRA}
 		args, err = p.GCRAArgs()
-	case FixedWindow:
-		script, kinds = lua.FixedWindow, []string{kindFixedWindow}
-		args, err = p.WindowArgs()
-	case SlidingWindow:
-		script, kinds = lua.SlidingWindow, []string{kindSlidingWindow}
-		args, err = p.WindowArgs()
-	case SlidingLog:
-		script, kinds = lua.SlidingLog, []string{kindSlidingLog, kindSlidingMeta}
-		args, err = p.WindowArgs()
 	default:
-		return nil, nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
+		args, err = p.WindowArgs()
 	}
 	if err != nil {
 		return nil, nil, nil, err

@@ -303,7 +303,8 @@ func TestTokenBucketPeriodChange(t *testing.T) {
 // TestGCRARateChange asks one key under a rate of 2^40 an hour, then 1 a
 // second: the stored fraction of a microsecond, in units of 1/2^40, was
 // read in units of the new rate, 1us, as an hour, and the key reported
-// nothing remaining for an hour. It must count as at most 1us.
+// nothing remaining for an hour. Half the bucket of 2^40 is more than the
+// new burst of 3600: the key is full under the new limit.
 func TestGCRARateChange(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
@@ -316,8 +317,8 @@ func TestGCRARateChange(t *testing.T) {
 		{0, 1<<39 + 1, false, true, 1<<39 - 1, 0, 1_800_000_001 * us},
 	}})
 	run(t, l, "k", row{"then one a second", hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 3600}, []step{
-		{time.Second, 1, true, true, 1800, 0, 1_799_000_001 * us},
-		{time.Second, 1, false, true, 1799, 0, 1_800_000_001 * us},
+		{time.Second, 1, true, true, 3600, 0, 0},
+		{time.Second, 1, false, true, 3599, 0, time.Second},
 	}})
 	// State from before the rate was stored, written under 2^40 an hour:
 	// its fraction is taken to the next whole microsecond.

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +36,11 @@ func (f Format) String() string {
 }
 
 // Config is the file form of a Middleware: options and rules. Its fields
-// are named in files by their `config` tags; this YAML shows all of them:
+// are named by their yaml and json tags, so a Config (or a RuleConfig)
+// embeds in an application's own config and decodes with yaml.v3 or
+// encoding/json; turn on yaml.Decoder.KnownFields and
+// json.Decoder.DisallowUnknownFields for the strictness ParseConfig has, which
+// also names the field of every error. This YAML shows all of them:
 //
 //	headers:
 //	  legacy: true          # also send X-RateLimit-*
@@ -75,47 +78,47 @@ func (f Format) String() string {
 // header:<name>, user (Env.User), route, method, path, and static:<value>
 // (one quota for all). Durations are Go duration strings or seconds.
 type Config struct {
-	Headers  HeadersConfig  `config:"headers"`
-	ClientIP ClientIPConfig `config:"client_ip"`
-	Rules    []RuleConfig   `config:"rules"`
+	Headers  HeadersConfig  `yaml:"headers,omitempty" json:"headers,omitzero"`
+	ClientIP ClientIPConfig `yaml:"client_ip,omitempty" json:"client_ip,omitzero"`
+	Rules    []RuleConfig   `yaml:"rules" json:"rules"`
 }
 
 // HeadersConfig chooses the optional response fields.
 type HeadersConfig struct {
-	Legacy      bool `config:"legacy"`       // WithLegacyHeaders
-	AllPolicies bool `config:"all_policies"` // WithAllPolicies
+	Legacy      bool `yaml:"legacy,omitempty" json:"legacy,omitempty"`             // WithLegacyHeaders
+	AllPolicies bool `yaml:"all_policies,omitempty" json:"all_policies,omitempty"` // WithAllPolicies
 }
 
 // ClientIPConfig is the file form of ClientIP.
 type ClientIPConfig struct {
-	TrustedProxies []string `config:"trusted_proxies"`
-	Header         string   `config:"header"` // "x-forwarded-for" (default) or "forwarded"
-	IPv4Prefix     int      `config:"ipv4_prefix"`
-	IPv6Prefix     int      `config:"ipv6_prefix"`
-	TrustUnixPeer  bool     `config:"trust_unix_peer"`
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty" json:"trusted_proxies,omitempty"`
+	Header         string   `yaml:"header,omitempty" json:"header,omitempty"` // "x-forwarded-for" (default) or "forwarded"
+	IPv4Prefix     int      `yaml:"ipv4_prefix,omitempty" json:"ipv4_prefix,omitempty"`
+	IPv6Prefix     int      `yaml:"ipv6_prefix,omitempty" json:"ipv6_prefix,omitempty"`
+	TrustUnixPeer  bool     `yaml:"trust_unix_peer,omitempty" json:"trust_unix_peer,omitempty"`
 }
 
 // RuleConfig is the file form of a Rule.
 type RuleConfig struct {
-	Name      string      `config:"name"`
-	Limiter   string      `config:"limiter"`   // "hybrid" (default), "global", "local"
-	Algorithm string      `config:"algorithm"` // global: gcra (default), token-bucket, fixed-window, sliding-window, sliding-log
-	Limit     LimitConfig `config:"limit"`
-	Key       []string    `config:"key"`
-	Cost      int64       `config:"cost"`
-	Shadow    bool        `config:"shadow"`
-	OnError   string      `config:"on_error"` // "open" (default) or "closed"
-	FailRetry Duration    `config:"fail_retry"`
-	QuotaUnit string      `config:"quota_unit"`
-	Match     MatchConfig `config:"match"`
-	Exempt    MatchConfig `config:"exempt"`
+	Name      string      `yaml:"name" json:"name"`
+	Limiter   string      `yaml:"limiter,omitempty" json:"limiter,omitempty"`     // "hybrid" (default), "global", "local"
+	Algorithm string      `yaml:"algorithm,omitempty" json:"algorithm,omitempty"` // global: gcra (default), token-bucket, fixed-window, sliding-window, sliding-log
+	Limit     LimitConfig `yaml:"limit" json:"limit"`
+	Key       StringList  `yaml:"key" json:"key"`
+	Cost      int64       `yaml:"cost,omitempty" json:"cost,omitempty"`
+	Shadow    bool        `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	OnError   string      `yaml:"on_error,omitempty" json:"on_error,omitempty"` // "open" (default) or "closed"
+	FailRetry Duration    `yaml:"fail_retry,omitempty" json:"fail_retry,omitempty"`
+	QuotaUnit string      `yaml:"quota_unit,omitempty" json:"quota_unit,omitempty"`
+	Match     MatchConfig `yaml:"match,omitempty" json:"match,omitzero"`
+	Exempt    MatchConfig `yaml:"exempt,omitempty" json:"exempt,omitzero"`
 }
 
 // LimitConfig is the file form of a hybridlimit.Limit. Burst 0 means Rate.
 type LimitConfig struct {
-	Rate   int64    `config:"rate"`
-	Period Duration `config:"period"`
-	Burst  int64    `config:"burst"`
+	Rate   int64    `yaml:"rate" json:"rate"`
+	Period Duration `yaml:"period" json:"period"`
+	Burst  int64    `yaml:"burst,omitempty" json:"burst,omitempty"`
 }
 
 // MatchConfig describes requests by client address or prefix (as
@@ -123,10 +126,10 @@ type LimitConfig struct {
 // "match" a request must satisfy every list given (GET and under /search);
 // under "exempt" any one of them (from 10.0.0.0/8, or under /healthz).
 type MatchConfig struct {
-	IPs     []string            `config:"ips"`
-	Methods []string            `config:"methods"`
-	Paths   []string            `config:"paths"`
-	Headers map[string][]string `config:"headers"`
+	IPs     StringList            `yaml:"ips,omitempty" json:"ips,omitempty"`
+	Methods StringList            `yaml:"methods,omitempty" json:"methods,omitempty"`
+	Paths   StringList            `yaml:"paths,omitempty" json:"paths,omitempty"`
+	Headers map[string]StringList `yaml:"headers,omitempty" json:"headers,omitzero"`
 }
 
 // ErrInvalidConfig is wrapped by every error about a config's content.
@@ -161,21 +164,11 @@ func ParseConfig(data []byte, format Format) (*Config, error) {
 	if len(data) > maxConfigSize {
 		return nil, pathError("", fmt.Errorf("%d bytes, more than %d", len(data), maxConfigSize))
 	}
-	var tree any
-	var err error
-	switch format {
-	case JSON:
-		tree, err = jsonTree(data)
-	case YAML:
-		tree, err = yamlTree(data)
-	default:
+	if format != JSON && format != YAML {
 		return nil, fmt.Errorf("httplimit: unknown config format %d", int(format))
 	}
-	if err != nil {
-		return nil, pathError("", fmt.Errorf("%s: %w", format, err))
-	}
 	var c Config
-	if err := fill(reflect.ValueOf(&c).Elem(), tree, ""); err != nil {
+	if err := decodeConfig(data, format, &c); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -489,7 +482,9 @@ func (c *Config) Build(env Env) ([]Rule, error) {
 				if err != nil {
 					return nil, err
 				}
-				env.Local = &Local{t: t}
+				if env.Local, err = NewLocal(t); err != nil {
+					return nil, err
+				}
 			}
 			r.Limiter = env.Local
 		case "global":
@@ -563,4 +558,31 @@ func (c *Config) Middleware(env Env, opts ...Option) (*Middleware, error) {
 		return nil, err
 	}
 	return New(rules, append(c.Options(), opts...)...)
+}
+
+// Reload makes m enforce the config, atomically, as Middleware.Reload
+// does: the rules it describes on env's limiters and its headers section.
+// An invalid config changes nothing. The limiters keep their state, so a
+// rule that keeps its name keeps its keys' quotas. Reload a file with
+//
+//	cfg, err := httplimit.LoadConfigFile(path)
+//	if err == nil {
+//		err = cfg.Reload(mw, env)
+//	}
+//
+// on SIGHUP or when the file changes. The limiters in env must be the
+// ones the middleware was built on, or keys start afresh: rules on Redis
+// (Env.Hybrid, Env.Redis with the same GlobalOptions) find their state
+// there, and rules with limiter "local" keep theirs only if Env.Local is
+// set, since a Build without it makes a new table.
+func (c *Config) Reload(m *Middleware, env Env) error {
+	rules, err := c.Build(env)
+	if err != nil {
+		return err
+	}
+	if err := m.Reload(rules); err != nil {
+		return err
+	}
+	m.flags.Store(&headerFlags{legacy: c.Headers.Legacy, reportAll: c.Headers.AllPolicies})
+	return nil
 }

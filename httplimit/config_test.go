@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"go.yaml.in/yaml/v3"
 )
 
 const configYAML = `
@@ -87,7 +89,7 @@ func TestParseConfig(t *testing.T) {
 		FailRetry: Duration(1500 * time.Millisecond), QuotaUnit: "requests",
 		Match: MatchConfig{Methods: []string{"GET", "HEAD"}},
 		Exempt: MatchConfig{IPs: []string{"192.0.2.0/24"}, Methods: []string{"OPTIONS"}, Paths: []string{"/healthz"},
-			Headers: map[string][]string{"X-Internal": {"s3cret"}}},
+			Headers: map[string]StringList{"X-Internal": {"s3cret"}}},
 	}
 	if !reflect.DeepEqual(y.Rules[1], want) {
 		t.Errorf("rules[1] = %+v\nwant %+v", y.Rules[1], want)
@@ -285,9 +287,12 @@ func TestConfigMiddleware(t *testing.T) {
 			t.Errorf("rule %d: %+v, want kind %s shadow %v", i, rs, want[i].kind, want[i].shadow)
 		}
 	}
-	r := m.rules[1]
-	if r.Limit != (hybridlimit.Limit{Rate: 1000, Period: time.Minute, Burst: 500}) || r.Cost != 2 ||
-		r.OnError != FailClosed || r.FailRetry != 1500*time.Millisecond || r.quota != 500 || r.window != 60 {
+	built, err := c.Build(Env{Hybrid: hybrid, Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := built[1]; r.Limit != (hybridlimit.Limit{Rate: 1000, Period: time.Minute, Burst: 500}) || r.Cost != 2 ||
+		r.OnError != FailClosed || r.FailRetry != 1500*time.Millisecond || !r.Shadow || r.QuotaUnit != UnitRequests {
 		t.Errorf("rules[1] = %+v", r)
 	}
 
@@ -327,7 +332,8 @@ func TestConfigMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := m.Stats().Rules[1].Outcomes
-	if after[OutcomeAllowed]-before[OutcomeAllowed] != 1 || after[OutcomeExempt]-before[OutcomeExempt] != 2 || after[OutcomeNoKey]-before[OutcomeNoKey] != 2 {
+	if after[OutcomeAllowed]-before[OutcomeAllowed] != 1 || after[OutcomeExempt]-before[OutcomeExempt] != 2 ||
+		after[OutcomeNoKey]-before[OutcomeNoKey] != 1 || after[OutcomeSkipped]-before[OutcomeSkipped] != 1 {
 		t.Errorf("per-key outcomes went from %v to %v", before, after)
 	}
 	// The legacy option is on.
@@ -389,5 +395,97 @@ func TestConfigTrustUnixPeer(t *testing.T) {
 		if err != nil || res.TrustUnixPeer != v {
 			t.Errorf("trust_unix_peer %v: ClientIP %+v, %v", v, res, err)
 		}
+	}
+}
+
+// TestConfigEmbeds decodes a RuleConfig list inside an application's own
+// config with yaml.v3 and encoding/json, strict: yaml.Unmarshal into
+// httplimit.Config failed on "1m" and "ip". Unknown fields are errors with
+// KnownFields and DisallowUnknownFields, as in ParseConfig.
+func TestConfigEmbeds(t *testing.T) {
+	type app struct {
+		Listen string `yaml:"listen" json:"listen"`
+		Limits Config `yaml:"limits" json:"limits"`
+	}
+	yamlDoc := "listen: :8080\nlimits:\n  rules:\n    - name: per-ip\n      limit: {rate: 100, period: 1m}\n      key: ip\n      fail_retry: 1.5\n"
+	jsonDoc := `{"listen": ":8080", "limits": {"rules": [{"name": "per-ip", "limit": {"rate": 100, "period": "1m"}, "key": "ip", "fail_retry": 1.5}]}}`
+	want := RuleConfig{Name: "per-ip", Limit: LimitConfig{Rate: 100, Period: Duration(time.Minute)}, Key: StringList{"ip"},
+		FailRetry: Duration(1500 * time.Millisecond)}
+	var y app
+	dec := yaml.NewDecoder(strings.NewReader(yamlDoc))
+	dec.KnownFields(true)
+	if err := dec.Decode(&y); err != nil || len(y.Limits.Rules) != 1 || !reflect.DeepEqual(y.Limits.Rules[0], want) {
+		t.Errorf("yaml: %+v, %v", y, err)
+	}
+	var j app
+	jd := json.NewDecoder(strings.NewReader(jsonDoc))
+	jd.DisallowUnknownFields()
+	if err := jd.Decode(&j); err != nil || !reflect.DeepEqual(j, y) {
+		t.Errorf("json: %+v, %v", j, err)
+	}
+	if err := y.Limits.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	var b app
+	dec = yaml.NewDecoder(strings.NewReader(strings.Replace(yamlDoc, "rate:", "rte:", 1)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&b); err == nil || !strings.Contains(err.Error(), "rte") {
+		t.Errorf("yaml with an unknown field: %v", err)
+	}
+	jd = json.NewDecoder(strings.NewReader(strings.Replace(jsonDoc, `"rate"`, `"rte"`, 1)))
+	jd.DisallowUnknownFields()
+	if err := jd.Decode(&b); err == nil || !strings.Contains(err.Error(), "rte") {
+		t.Errorf("json with an unknown field: %v", err)
+	}
+	// The path of the field, in ParseConfig's errors.
+	if _, err := ParseConfig([]byte("rules:\n  - name: a\n    limit: {rate: 1, period: 1s, burts: 2}\n    key: ip\n"), YAML); err == nil ||
+		!strings.Contains(err.Error(), "rules[0].limit.burts: unknown field") {
+		t.Errorf("ParseConfig = %v, want the path rules[0].limit.burts", err)
+	}
+	// And back out: a Config marshals to what it reads.
+	out, err := yaml.Marshal(y.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(out, YAML)
+	if err != nil || !reflect.DeepEqual(back.Rules[0], want) || strings.Contains(string(out), "shadow") {
+		t.Errorf("marshalled %s, parsed back %+v, %v", out, back, err)
+	}
+}
+
+// TestConfigReload swaps a middleware's rules and header options from a
+// new config; the local rule's key keeps what it spent.
+func TestConfigReload(t *testing.T) {
+	loc := newLocal(t)
+	env := Env{Local: loc}
+	parse := func(doc string) *Config {
+		c, err := ParseConfig([]byte(doc), YAML)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	m, err := parse("rules:\n  - {name: a, limiter: local, limit: {rate: 3, period: 1h}, key: static:x}\n").Middleware(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		return w
+	}
+	check()
+	check()
+	if err := parse("headers: {legacy: true}\nrules:\n  - {name: a, limiter: local, limit: {rate: 3, period: 1h}, key: static:x}\n").Reload(m, env); err != nil {
+		t.Fatal(err)
+	}
+	if w := check(); w.Code != 200 || w.Header().Get(HeaderLegacyRemaining) != "0" {
+		t.Errorf("third request after the reload: %d, legacy remaining %q; want 200 and 0", w.Code, w.Header().Get(HeaderLegacyRemaining))
+	}
+	if w := check(); w.Code != 429 {
+		t.Errorf("fourth request: %d, want 429", w.Code)
+	}
+	if err := parse("rules:\n  - {name: a, limiter: hybrid, limit: {rate: 3, period: 1h}, key: ip}\n").Reload(m, env); err == nil {
+		t.Error("a config needing Env.Hybrid reloaded without one")
 	}
 }

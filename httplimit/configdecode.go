@@ -15,19 +15,119 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The config decoder reads JSON or YAML into one generic tree (object,
-// []any, number, string, bool, nil), then fills the Config structs from it by
-// their `config` tags, so both formats share one schema, reject unknown and
-// duplicate fields alike, and name the field of every error by its path.
+// The config types decode with yaml.v3 and encoding/json by their standard
+// struct tags, so they embed in an application's own config; Duration and
+// StringList take the short forms a file writes ("1m", "ip"). ParseConfig
+// reads both formats through one YAML node tree (JSON is YAML) and decodes
+// it field by field, so that it can reject unknown, duplicate and
+// mistyped fields with the path of each (rules[0].burts: unknown field),
+// which the standard decoders' errors do not name.
 
-// object is a JSON or YAML mapping, keys in document order.
-type object struct {
-	keys []string
-	vals map[string]any
+// Duration is a time.Duration that a config writes as a Go duration string
+// ("1m", "1h30m", "250ms") or a number of seconds (60, 0.5).
+type Duration time.Duration
+
+// String returns the duration as time.Duration writes it, "1m0s".
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML reads a duration string or a number of seconds.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	n = resolve(n)
+	if n.Kind != yaml.ScalarNode {
+		return durationError(describeNode(n))
+	}
+	switch n.ShortTag() {
+	case "!!str":
+		return d.parse(n.Value, strconv.Quote(n.Value))
+	case "!!int", "!!float":
+		return d.seconds(n.Value)
+	}
+	return durationError(describeNode(n))
 }
 
-// number is a numeric literal, kept as text until its field's type is known.
-type number string
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalJSON reads a duration string or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		return d.parse(s, strconv.Quote(s))
+	}
+	var num json.Number
+	if err := json.Unmarshal(b, &num); err != nil {
+		return durationError(string(b))
+	}
+	return d.seconds(num.String())
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func (d *Duration) parse(s, shown string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return durationError(shown)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// seconds reads a decimal number of seconds, rounded to the nanosecond:
+// 1.001 is 1.001s, not the float product's 1.000999999s.
+func (d *Duration) seconds(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64/int64(time.Second)) {
+		return durationError(s)
+	}
+	*d = Duration(math.Round(f * float64(time.Second)))
+	return nil
+}
+
+func durationError(got string) error {
+	return fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %s", got)
+}
+
+// StringList is a list of strings that a config may write as one string:
+// key: ip is key: [ip].
+type StringList []string
+
+// UnmarshalYAML reads a string or a list of strings.
+func (l *StringList) UnmarshalYAML(n *yaml.Node) error {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		*l = StringList{n.Value}
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("want a string or a list of strings, got %s", describeNode(n))
+	}
+	out := make(StringList, len(n.Content))
+	for i, c := range n.Content {
+		c = resolve(c)
+		if c.Kind != yaml.ScalarNode || c.ShortTag() != "!!str" {
+			return fmt.Errorf("[%d]: want a string, got %s", i, describeNode(c))
+		}
+		out[i] = c.Value
+	}
+	*l = out
+	return nil
+}
+
+// UnmarshalJSON reads a string or a list of strings.
+func (l *StringList) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*l = StringList{s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("want a string or a list of strings, got %s", b)
+	}
+	*l = list
+	return nil
+}
 
 // maxNodes bounds the nodes a document may expand to (YAML aliases can
 // multiply a small file), and maxDepth its nesting.
@@ -36,83 +136,52 @@ const (
 	maxDepth = 32
 )
 
-// jsonTree parses one JSON value, and nothing after it.
-func jsonTree(data []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
+// decodeConfig parses data in format and fills c, naming the field of
+// every error.
+func decodeConfig(data []byte, format Format, c *Config) error {
+	if format == JSON {
+		if err := checkJSON(data); err != nil {
+			return pathError("", fmt.Errorf("json: %w", err))
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if err == io.EOF {
+			return pathError("", fmt.Errorf("%s: empty document", format))
+		}
+		return pathError("", fmt.Errorf("%s: %w", format, err))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		return pathError("", fmt.Errorf("%s: more than one document", format))
+	}
+	if len(doc.Content) == 0 {
+		return pathError("", fmt.Errorf("%s: empty document", format))
+	}
+	root := doc.Content[0]
 	n := 0
-	v, err := jsonValue(d, &n, 0)
-	if err != nil {
-		return nil, jsonPosition(data, d, err)
+	if err := measure(root, &n, 0); err != nil {
+		return pathError("", fmt.Errorf("%s: %w", format, err))
+	}
+	return fill(reflect.ValueOf(c).Elem(), root, "")
+}
+
+// checkJSON reports a JSON syntax error with its line and column, or data
+// after the value: the YAML parser would take some of those for YAML.
+func checkJSON(data []byte) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	var v json.RawMessage
+	if err := d.Decode(&v); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return jsonPosition(data, d, err)
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return nil, jsonPosition(data, d, errors.New("data after the top-level value"))
+		return jsonPosition(data, d, errors.New("data after the top-level value"))
 	}
-	return v, nil
-}
-
-func jsonValue(d *json.Decoder, n *int, depth int) (any, error) {
-	if *n++; *n > maxNodes {
-		return nil, fmt.Errorf("more than %d values", maxNodes)
-	}
-	if depth > maxDepth {
-		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
-	}
-	tok, err := d.Token()
-	if err != nil {
-		if err == io.EOF {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '[' {
-			list := []any{}
-			for d.More() {
-				v, err := jsonValue(d, n, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			return list, closeDelim(d)
-		}
-		obj := &object{vals: map[string]any{}}
-		for d.More() {
-			kt, err := d.Token()
-			if err == io.EOF {
-				return nil, io.ErrUnexpectedEOF
-			}
-			if err != nil {
-				return nil, err
-			}
-			k, _ := kt.(string) // the decoder only yields string keys
-			if _, dup := obj.vals[k]; dup {
-				return nil, fmt.Errorf("duplicate field %q", k)
-			}
-			v, err := jsonValue(d, n, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			obj.keys = append(obj.keys, k)
-			obj.vals[k] = v
-		}
-		return obj, closeDelim(d)
-	case json.Number:
-		return number(t), nil
-	default: // string, bool, nil
-		return t, nil
-	}
-}
-
-// closeDelim reads the ']' or '}' that ends a list or object.
-func closeDelim(d *json.Decoder) error {
-	_, err := d.Token()
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
+	return nil
 }
 
 // jsonPosition adds the line and column of the decoder's position to err.
@@ -128,137 +197,80 @@ func jsonPosition(data []byte, d *json.Decoder, err error) error {
 	return fmt.Errorf("line %d, column %d: %w", line, col, err)
 }
 
-// yamlTree parses one YAML document.
-func yamlTree(data []byte) (any, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if err == io.EOF {
-			return nil, errors.New("empty document")
-		}
-		return nil, err
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("more than one document")
-	}
-	n := 0
-	return yamlValue(&doc, &n, 0)
-}
-
-func yamlValue(node *yaml.Node, n *int, depth int) (any, error) {
-	if *n++; *n > maxNodes {
-		return nil, fmt.Errorf("more than %d values (aliases included)", maxNodes)
+// measure bounds the nodes, aliases expanded, and the depth of a document.
+func measure(n *yaml.Node, count *int, depth int) error {
+	if *count++; *count > maxNodes {
+		return fmt.Errorf("more than %d values (aliases included)", maxNodes)
 	}
 	if depth > maxDepth {
-		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
+		return fmt.Errorf("nested deeper than %d", maxDepth)
 	}
-	switch node.Kind {
-	case yaml.DocumentNode:
-		if len(node.Content) == 0 {
-			return nil, errors.New("empty document")
-		}
-		return yamlValue(node.Content[0], n, depth)
-	case yaml.AliasNode:
-		return yamlValue(node.Alias, n, depth+1)
-	case yaml.SequenceNode:
-		list := make([]any, 0, len(node.Content))
-		for _, c := range node.Content {
-			v, err := yamlValue(c, n, depth+1)
-			if err != nil {
-				return nil, err
+	if n.Kind == yaml.AliasNode {
+		return measure(n.Alias, count, depth+1)
+	}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+				return fmt.Errorf("line %d: only plain field names are supported", k.Line)
 			}
-			list = append(list, v)
-		}
-		return list, nil
-	case yaml.MappingNode:
-		obj := &object{vals: map[string]any{}}
-		for i := 0; i+1 < len(node.Content); i += 2 {
-			kn := node.Content[i]
-			if kn.Kind != yaml.ScalarNode || kn.Tag == "!!merge" {
-				return nil, fmt.Errorf("line %d: only plain field names are supported", kn.Line)
-			}
-			k := kn.Value
-			if _, dup := obj.vals[k]; dup {
-				return nil, fmt.Errorf("line %d: duplicate field %q", kn.Line, k)
-			}
-			v, err := yamlValue(node.Content[i+1], n, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			obj.keys = append(obj.keys, k)
-			obj.vals[k] = v
-		}
-		return obj, nil
-	case yaml.ScalarNode:
-		switch node.ShortTag() {
-		case "!!null":
-			return nil, nil
-		case "!!bool":
-			var b bool
-			if err := node.Decode(&b); err != nil {
-				return nil, fmt.Errorf("line %d: %w", node.Line, err)
-			}
-			return b, nil
-		case "!!int", "!!float":
-			return number(node.Value), nil
-		default:
-			return node.Value, nil
 		}
 	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", node.Line)
+	for _, c := range n.Content {
+		if err := measure(c, count, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Duration is a time.Duration that a config file writes as a Go duration
-// string ("1m", "1h30m", "250ms") or a number of seconds (60, 0.5).
-type Duration time.Duration
+// resolve follows aliases.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
 
-var durationType = reflect.TypeFor[Duration]()
+var (
+	durationType   = reflect.TypeFor[Duration]()
+	stringListType = reflect.TypeFor[StringList]()
+)
 
-// fill decodes the tree v into the value dst points at, by the `config`
-// tags of structs; path names v in errors.
-func fill(dst reflect.Value, v any, path string) error {
-	if dst.Type() == durationType {
-		d, err := toDuration(v)
-		if err != nil {
+// fill decodes node into dst, by the yaml tags of structs; path names node
+// in errors.
+func fill(dst reflect.Value, node *yaml.Node, path string) error {
+	node = resolve(node)
+	switch {
+	case dst.Type() == durationType:
+		if err := dst.Addr().Interface().(*Duration).UnmarshalYAML(node); err != nil {
 			return pathError(path, err)
 		}
-		dst.SetInt(int64(d))
+		return nil
+	case dst.Type() == stringListType && node.Kind == yaml.ScalarNode && node.ShortTag() == "!!str":
+		dst.Set(reflect.ValueOf(StringList{node.Value})) // a lone string is a list of one
 		return nil
 	}
 	switch dst.Kind() {
 	case reflect.Struct:
-		obj, ok := v.(*object)
-		if !ok {
-			return pathError(path, fmt.Errorf("want an object, got %s", describe(v)))
-		}
 		fields := map[string]int{}
 		for i := range dst.NumField() {
-			if tag := dst.Type().Field(i).Tag.Get("config"); tag != "" {
+			if tag, _, _ := strings.Cut(dst.Type().Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
 				fields[tag] = i
 			}
 		}
-		for _, k := range obj.keys {
+		return eachField(node, path, func(k string, v *yaml.Node) error {
 			i, ok := fields[k]
 			if !ok {
 				return pathError(join(path, k), errors.New("unknown field"))
 			}
-			if err := fill(dst.Field(i), obj.vals[k], join(path, k)); err != nil {
-				return err
-			}
-		}
-		return nil
+			return fill(dst.Field(i), v, join(path, k))
+		})
 	case reflect.Slice:
-		list, ok := v.([]any)
-		if !ok {
-			if s, isStr := v.(string); isStr && dst.Type().Elem().Kind() == reflect.String {
-				list = []any{s} // a lone string is a list of one
-			} else {
-				return pathError(path, fmt.Errorf("want a list, got %s", describe(v)))
-			}
+		if node.Kind != yaml.SequenceNode {
+			return pathError(path, fmt.Errorf("want a list, got %s", describeNode(node)))
 		}
-		out := reflect.MakeSlice(dst.Type(), len(list), len(list))
-		for i, e := range list {
+		out := reflect.MakeSlice(dst.Type(), len(node.Content), len(node.Content))
+		for i, e := range node.Content {
 			if err := fill(out.Index(i), e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
@@ -266,42 +278,34 @@ func fill(dst reflect.Value, v any, path string) error {
 		dst.Set(out)
 		return nil
 	case reflect.Map:
-		obj, ok := v.(*object)
-		if !ok {
-			return pathError(path, fmt.Errorf("want an object, got %s", describe(v)))
-		}
-		out := reflect.MakeMapWithSize(dst.Type(), len(obj.keys))
-		for _, k := range obj.keys {
+		out := reflect.MakeMap(dst.Type())
+		err := eachField(node, path, func(k string, v *yaml.Node) error {
 			e := reflect.New(dst.Type().Elem()).Elem()
-			if err := fill(e, obj.vals[k], join(path, k)); err != nil {
+			if err := fill(e, v, join(path, k)); err != nil {
 				return err
 			}
 			out.SetMapIndex(reflect.ValueOf(k), e)
-		}
+			return nil
+		})
 		dst.Set(out)
-		return nil
+		return err
 	case reflect.String:
-		s, ok := v.(string)
-		if !ok {
-			return pathError(path, fmt.Errorf("want a string, got %s", describe(v)))
+		if node.Kind != yaml.ScalarNode || node.ShortTag() != "!!str" {
+			return pathError(path, fmt.Errorf("want a string, got %s", describeNode(node)))
 		}
-		dst.SetString(s)
+		dst.SetString(node.Value)
 		return nil
 	case reflect.Bool:
-		b, ok := v.(bool)
-		if !ok {
-			return pathError(path, fmt.Errorf("want true or false, got %s", describe(v)))
+		var b bool
+		if node.Kind != yaml.ScalarNode || node.ShortTag() != "!!bool" || node.Decode(&b) != nil {
+			return pathError(path, fmt.Errorf("want true or false, got %s", describeNode(node)))
 		}
 		dst.SetBool(b)
 		return nil
 	case reflect.Int, reflect.Int64:
-		num, ok := v.(number)
-		if !ok {
-			return pathError(path, fmt.Errorf("want an integer, got %s", describe(v)))
-		}
-		i, err := strconv.ParseInt(string(num), 10, 64)
-		if err != nil {
-			return pathError(path, fmt.Errorf("want an integer, got %s", num))
+		var i int64
+		if node.Kind != yaml.ScalarNode || node.ShortTag() != "!!int" || node.Decode(&i) != nil {
+			return pathError(path, fmt.Errorf("want an integer, got %s", describeNode(node)))
 		}
 		if dst.OverflowInt(i) {
 			return pathError(path, fmt.Errorf("%d is out of range", i))
@@ -312,40 +316,45 @@ func fill(dst reflect.Value, v any, path string) error {
 	return pathError(path, fmt.Errorf("unsupported field type %s", dst.Type()))
 }
 
-func toDuration(v any) (time.Duration, error) {
-	switch t := v.(type) {
-	case string:
-		d, err := time.ParseDuration(t)
-		if err != nil {
-			return 0, fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %q", t)
-		}
-		return d, nil
-	case number:
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil || math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64/int64(time.Second)) {
-			return 0, fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %s", t)
-		}
-		return time.Duration(math.Round(f * float64(time.Second))), nil
+// eachField calls fn for each field of the mapping node, in order,
+// refusing anything but a mapping with distinct plain names.
+func eachField(node *yaml.Node, path string, fn func(k string, v *yaml.Node) error) error {
+	if node.Kind != yaml.MappingNode {
+		return pathError(path, fmt.Errorf("want an object, got %s", describeNode(node)))
 	}
-	return 0, fmt.Errorf("want a duration such as \"1m\" or a number of seconds, got %s", describe(v))
+	seen := make(map[string]bool, len(node.Content)/2)
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		kn := resolve(node.Content[i])
+		if kn.Kind != yaml.ScalarNode || kn.ShortTag() == "!!merge" {
+			return pathError(path, fmt.Errorf("line %d: only plain field names are supported", kn.Line))
+		}
+		if seen[kn.Value] {
+			return pathError(path, fmt.Errorf("line %d: duplicate field %q", kn.Line, kn.Value))
+		}
+		seen[kn.Value] = true
+		if err := fn(kn.Value, node.Content[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func describe(v any) string {
-	switch t := v.(type) {
-	case nil:
-		return "null"
-	case *object:
+// describeNode names a node's value in errors: "an object", "a list",
+// "null", a quoted string or a literal.
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
 		return "an object"
-	case []any:
+	case yaml.SequenceNode:
 		return "a list"
-	case string:
-		return strconv.Quote(t)
-	case number:
-		return string(t)
-	case bool:
-		return strconv.FormatBool(t)
 	}
-	return fmt.Sprintf("%T", v)
+	switch n.ShortTag() {
+	case "!!null":
+		return "null"
+	case "!!str":
+		return strconv.Quote(n.Value)
+	}
+	return n.Value
 }
 
 // join names a field of the object at path: path.field, or path["fi.eld"]

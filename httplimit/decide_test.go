@@ -17,6 +17,15 @@ import (
 
 var limit10 = hybridlimit.PerMinute(10)
 
+// testRule returns a rule of limit10 on a static key, edited.
+func testRule(name string, l Limiter, edit ...func(*Rule)) Rule {
+	r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
+	for _, e := range edit {
+		e(&r)
+	}
+	return r
+}
+
 func TestCheck(t *testing.T) {
 	errDown := fmt.Errorf("global: gcra: %w: dial tcp: refused", hybridlimit.ErrUnavailable)
 	type row struct {
@@ -29,13 +38,7 @@ func TestCheck(t *testing.T) {
 		violated   []string
 		remainings []int64
 	}
-	rule := func(name string, l Limiter, edit ...func(*Rule)) Rule {
-		r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
-		for _, e := range edit {
-			e(&r)
-		}
-		return r
-	}
+	rule := testRule
 	shadow := func(r *Rule) { r.Shadow = true }
 	closed := func(r *Rule) { r.OnError = FailClosed }
 	exempt := func(r *Rule) { r.Exempt = func(*http.Request) bool { return true } }
@@ -53,9 +56,15 @@ func TestCheck(t *testing.T) {
 			opts:  []Option{WithAllPolicies()}, status: 200, reported: []string{"b", "a", "c"}, remainings: []int64{2, 5, 3},
 		},
 		{
-			name:   "longest retry among denials",
+			name:   "the first denial ends the evaluation",
 			rules:  []Rule{rule("a", answer(denied(2*time.Second, time.Minute), nil)), rule("b", answer(allowed(0, time.Second), nil)), rule("c", answer(denied(30*time.Second, time.Minute), nil))},
-			status: 429, retry: 30 * time.Second, reported: []string{"c"}, violated: []string{"a", "c"}, remainings: []int64{0},
+			status: 429, retry: 2 * time.Second, reported: []string{"a"}, violated: []string{"a"}, remainings: []int64{0},
+		},
+		{
+			name:   "a denial after an admission is tightest",
+			rules:  []Rule{rule("b", answer(allowed(3, time.Second), nil)), rule("c", answer(denied(30*time.Second, time.Minute), nil))},
+			opts:   []Option{WithAllPolicies()},
+			status: 429, retry: 30 * time.Second, reported: []string{"c", "b"}, violated: []string{"c"}, remainings: []int64{0, 3},
 		},
 		{
 			name:   "shadow denial passes and is not reported",
@@ -74,17 +83,22 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name:   "fail closed is 503",
-			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed, func(r *Rule) { r.FailRetry = 3 * time.Second }), rule("b", answer(allowed(4, time.Second), nil))},
+			rules:  []Rule{rule("b", answer(allowed(4, time.Second), nil)), rule("down", answer(hybridlimit.Result{}, errDown), closed, func(r *Rule) { r.FailRetry = 3 * time.Second })},
 			status: 503, retry: 3 * time.Second, reported: []string{"b"}, remainings: []int64{4},
 		},
 		{
-			name:   "a denial beats a failure",
+			name:   "the first rejection decides: a failure",
 			rules:  []Rule{rule("down", answer(hybridlimit.Result{}, errDown), closed), rule("b", answer(denied(7*time.Second, time.Minute), nil))},
+			status: 503, retry: time.Second,
+		},
+		{
+			name:   "the first rejection decides: a denial",
+			rules:  []Rule{rule("b", answer(denied(7*time.Second, time.Minute), nil)), rule("down", answer(hybridlimit.Result{}, errDown), closed)},
 			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
 		},
 		{
 			name:   "a failure policy's denial is 503, not a violation",
-			rules:  []Rule{rule("down", answer(fallbackDenied(2*time.Second), nil)), rule("b", answer(allowed(4, time.Second), nil))},
+			rules:  []Rule{rule("b", answer(allowed(4, time.Second), nil)), rule("down", answer(fallbackDenied(2*time.Second), nil))},
 			status: 503, retry: 2 * time.Second, reported: []string{"b"}, remainings: []int64{4},
 		},
 		{
@@ -93,8 +107,8 @@ func TestCheck(t *testing.T) {
 			status: 503, retry: 3 * time.Second,
 		},
 		{
-			name:   "a denial beats a failure policy's denial",
-			rules:  []Rule{rule("down", answer(fallbackDenied(time.Minute), nil)), rule("b", answer(denied(7*time.Second, time.Minute), nil))},
+			name:   "a denial before a failure policy's denial",
+			rules:  []Rule{rule("b", answer(denied(7*time.Second, time.Minute), nil)), rule("down", answer(fallbackDenied(time.Minute), nil))},
 			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
 		},
 		{
@@ -153,48 +167,70 @@ func TestCheck(t *testing.T) {
 
 func TestCheckCounts(t *testing.T) {
 	errDown := fmt.Errorf("x: %w", hybridlimit.ErrUnavailable)
-	m, err := New([]Rule{
-		{Name: "ok", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k")},
-		{Name: "deny", Limiter: answer(denied(time.Second, 0), nil), Limit: limit10, Key: Static("k")},
-		{Name: "shadow", Limiter: answer(denied(time.Second, 0), nil), Limit: limit10, Key: Static("k"), Shadow: true},
-		{Name: "open", Limiter: answer(hybridlimit.Result{}, errDown), Limit: limit10, Key: Static("k")},
-		{Name: "closed", Limiter: answer(hybridlimit.Result{}, hlsync.ErrClosed), Limit: limit10, Key: Static("k"), OnError: FailClosed},
-		{Name: "exempt", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k"), Exempt: Methods("GET")},
-		{Name: "nokey", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Header("X-None")},
-		{Name: "fallback", Limiter: answer(fallbackDenied(time.Second), nil), Limit: limit10, Key: Static("k")},
-		{Name: "fallback-shadow", Limiter: answer(fallbackDenied(time.Second), nil), Limit: limit10, Key: Static("k"), Shadow: true},
-	})
-	if err != nil {
-		t.Fatal(err)
+	rule := testRule
+	shadow := func(r *Rule) { r.Shadow = true }
+	// Each list ends with at most one rule that rejects, since the first
+	// rejection ends the evaluation; what admitted before it is refunded.
+	lists := [][]Rule{
+		{
+			rule("ok", answer(allowed(1, 0), nil)),
+			rule("shadow", answer(denied(time.Second, 0), nil), shadow),
+			rule("open", answer(hybridlimit.Result{}, errDown)),
+			rule("exempt", answer(allowed(1, 0), nil), func(r *Rule) { r.Exempt = Methods("GET") }),
+			rule("nokey", answer(allowed(1, 0), nil), func(r *Rule) { r.Key = Header("X-None") }),
+			rule("skipped", answer(allowed(1, 0), nil), func(r *Rule) { r.Match = Methods("POST") }),
+			rule("fallback-shadow", answer(fallbackDenied(time.Second), nil), shadow),
+		},
+		{rule("kept", answer(allowed(1, 0), nil)), rule("given", refunding(allowed(1, 0))), rule("deny", answer(denied(time.Second, 0), nil))},
+		{rule("closed", answer(hybridlimit.Result{}, hlsync.ErrClosed), func(r *Rule) { r.OnError = FailClosed })},
+		{rule("fallback", answer(fallbackDenied(time.Second), nil))},
 	}
-	for range 3 {
-		if _, err := m.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := m.Stats()
 	want := map[string]Outcome{"ok": OutcomeAllowed, "deny": OutcomeDenied, "shadow": OutcomeShadowDenied,
 		"open": OutcomeErrorOpen, "closed": OutcomeErrorClosed, "exempt": OutcomeExempt, "nokey": OutcomeNoKey,
-		"fallback": OutcomeErrorClosed, "fallback-shadow": OutcomeErrorOpen}
-	for _, rs := range s.Rules {
-		for o := range NumOutcomes {
-			n := uint64(0)
-			if want[rs.Name] == o {
-				n = 3
-			}
-			if rs.Outcomes[o] != n {
-				t.Errorf("rule %s: %s = %d, want %d", rs.Name, o, rs.Outcomes[o], n)
+		"skipped": OutcomeSkipped, "fallback": OutcomeErrorClosed, "fallback-shadow": OutcomeErrorOpen,
+		"kept": OutcomeUnrefunded, "given": OutcomeRefunded}
+	fates := [][4]uint64{{3, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 3, 0}, {0, 0, 3, 0}}
+	for i, rules := range lists {
+		m, err := New(rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, err := m.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if rs.Limiter != "custom" {
-			t.Errorf("rule %s: limiter kind %q, want custom", rs.Name, rs.Limiter)
+		s := m.Stats()
+		if got := [4]uint64{s.Admitted, s.Limited, s.Unavailable, s.Canceled}; got != fates[i] {
+			t.Errorf("list %d: admitted, limited, unavailable, canceled = %v, want %v", i, got, fates[i])
 		}
-	}
-	if got := s.Rules[3].Errors[ErrorUnavailable]; got != 3 {
-		t.Errorf("open: unavailable errors = %d, want 3", got)
-	}
-	if got := s.Rules[4].Errors[ErrorClosed]; got != 3 {
-		t.Errorf("closed: closed errors = %d, want 3", got)
+		if s.CheckDuration.Count != 3 || len(s.CheckDuration.Buckets) != len(s.CheckDuration.Bounds) {
+			t.Errorf("list %d: check duration %+v, want 3 observations", i, s.CheckDuration)
+		}
+		for _, rs := range s.Rules {
+			for o := range NumOutcomes {
+				n := uint64(0)
+				if want[rs.Name] == o {
+					n = 3
+				}
+				if rs.Outcomes[o] != n {
+					t.Errorf("rule %s: %s = %d, want %d", rs.Name, o, rs.Outcomes[o], n)
+				}
+			}
+			if rs.Limiter != "custom" {
+				t.Errorf("rule %s: limiter kind %q, want custom", rs.Name, rs.Limiter)
+			}
+			switch rs.Name {
+			case "open":
+				if got := rs.Errors[ErrorUnavailable]; got != 3 {
+					t.Errorf("open: unavailable errors = %d, want 3", got)
+				}
+			case "closed":
+				if got := rs.Errors[ErrorClosed]; got != 3 {
+					t.Errorf("closed: closed errors = %d, want 3", got)
+				}
+			}
+		}
 	}
 }
 
@@ -214,7 +250,7 @@ func TestCheckCanceled(t *testing.T) {
 	}
 	w := httptest.NewRecorder()
 	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next called") })).ServeHTTP(w, r)
-	if w.Code != 503 || m.Stats().Canceled != 1 {
+	if w.Code != 503 || m.Stats().Canceled != 2 { // Check's and the Handler's
 		t.Errorf("canceled request: status %d, Canceled = %d", w.Code, m.Stats().Canceled)
 	}
 }
@@ -282,8 +318,9 @@ func ok2() Rule {
 
 // TestCostAboveBurstReportsTheQuota sends a request costing more than a
 // rule's burst: it is denied with no Retry-After (no wait admits it), and
-// the RateLimit field gives the key's quota as it is, untouched. It said
-// r=0;t=0 (nothing left, resets now), which sent clients back at once.
+// the RateLimit field gives the key's quota as it is, untouched: all 10,
+// and more only a token's time (6s) after they are spent. It said r=0;t=0
+// (nothing left, resets now), which sent clients back at once.
 func TestCostAboveBurstReportsTheQuota(t *testing.T) {
 	tb, err := local.NewTable()
 	if err != nil {
@@ -302,8 +339,8 @@ func TestCostAboveBurstReportsTheQuota(t *testing.T) {
 	w := httptest.NewRecorder()
 	m.Handler(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("POST", "/", nil))
 	_, state := fields(t, w.Header())
-	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" || len(state) != 1 || state[0].Params["r"] != 10 || state[0].Params["t"] != 0 {
-		t.Errorf("status %d, Retry-After %q, RateLimit %q; want 429, none, r=10;t=0", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" || len(state) != 1 || state[0].Params["r"] != 10 || state[0].Params["t"] != 6 {
+		t.Errorf("status %d, Retry-After %q, RateLimit %q; want 429, none, r=10;t=6", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
 	}
 	if r, _ := tb.Peek("up|k", time.Now(), limit, 1); r.Remaining != 10 {
 		t.Errorf("the denied request spent: %d left of 10", r.Remaining)

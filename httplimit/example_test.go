@@ -12,7 +12,8 @@ import (
 
 // An in-process limit of two requests a minute per client IP. With Redis,
 // use a started *sync.Limiter (hybrid) or a *global.Limiter (exact) as the
-// Limiter instead, unchanged otherwise.
+// Limiter instead, unchanged otherwise. RateLimit's t is the seconds until
+// more quota is available: a token comes back every 30 seconds.
 func ExampleMiddleware_Handler() {
 	tbl, err := local.NewTable()
 	if err != nil {
@@ -47,9 +48,9 @@ func ExampleMiddleware_Handler() {
 	//   RateLimit: "per-ip";r=1;t=30
 	// 200
 	//   RateLimit-Policy: "per-ip";q=2;w=60
-	//   RateLimit: "per-ip";r=0;t=60
+	//   RateLimit: "per-ip";r=0;t=30
 	// 429
 	//   RateLimit-Policy: "per-ip";q=2;w=60
-	//   RateLimit: "per-ip";r=0;t=60
+	//   RateLimit: "per-ip";r=0;t=30
 	//   Retry-After: 30
 }

@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/sharding"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 func containsAll(s string, subs ...string) bool {
@@ -26,8 +24,9 @@ func containsAll(s string, subs ...string) bool {
 }
 
 func TestWriteFields(t *testing.T) {
-	pol := func(name string, q, w int64, unit string, r hybridlimit.Result) Policy {
-		return Policy{Name: name, Quota: q, Window: w, Unit: unit, Result: r}
+	// pol is a policy whose Next, the effective window, is next.
+	pol := func(name string, q, w int64, unit string, r hybridlimit.Result, next time.Duration) Policy {
+		return Policy{Name: name, Quota: q, Window: w, Unit: unit, Result: r, Next: next}
 	}
 	tests := []struct {
 		name            string
@@ -40,33 +39,33 @@ func TestWriteFields(t *testing.T) {
 	}{
 		{
 			name:   "allowed",
-			d:      Decision{Status: 200, Policies: []Policy{pol("per-ip", 100, 60, "", allowed(42, 34100*time.Millisecond))}},
-			policy: `"per-ip";q=100;w=60`, state: `"per-ip";r=42;t=35`,
+			d:      Decision{Status: 200, Policies: []Policy{pol("per-ip", 100, 60, "", allowed(42, 34100*time.Millisecond), 100*time.Millisecond)}},
+			policy: `"per-ip";q=100;w=60`, state: `"per-ip";r=42;t=1`,
 		},
 		{
 			name:   "denied, legacy",
-			d:      Decision{Status: 429, RetryAfter: 1500 * time.Millisecond, Policies: []Policy{pol("k", 10, 1, UnitContentBytes, denied(1500*time.Millisecond, 3*time.Second))}},
+			d:      Decision{Status: 429, RetryAfter: 1500 * time.Millisecond, Policies: []Policy{pol("k", 10, 1, UnitContentBytes, denied(1500*time.Millisecond, 3*time.Second), 1500*time.Millisecond)}},
 			legacy: true,
-			policy: `"k";q=10;w=1;qu="content-bytes"`, state: `"k";r=0;t=3`, retry: "2",
+			policy: `"k";q=10;w=1;qu="content-bytes"`, state: `"k";r=0;t=2`, retry: "2",
 			lLimit: "10", lRemain: "0", lReset: "3",
 		},
 		{
 			name:   "sub-second retry rounds up to 1",
-			d:      Decision{Status: 429, RetryAfter: time.Microsecond, Policies: []Policy{pol("a", 1, 1, "", denied(time.Microsecond, time.Microsecond))}},
+			d:      Decision{Status: 429, RetryAfter: time.Microsecond, Policies: []Policy{pol("a", 1, 1, "", denied(time.Microsecond, time.Microsecond), time.Microsecond)}},
 			policy: `"a";q=1;w=1`, state: `"a";r=0;t=1`, retry: "1",
 		},
 		{
 			name: "escaped names, several policies",
 			d: Decision{Status: 200, Policies: []Policy{
-				pol(`a "quoted" \ name`, 5, 2, "", allowed(1, 0)),
-				pol("b", 7, 3600, "", allowed(6, time.Hour)),
+				pol(`a "quoted" \ name`, 5, 2, "", allowed(1, 0), -1),
+				pol("b", 7, 3600, "", allowed(6, time.Hour), time.Hour),
 			}},
 			policy: `"a \"quoted\" \\ name";q=5;w=2, "b";q=7;w=3600`,
-			state:  `"a \"quoted\" \\ name";r=1;t=0, "b";r=6;t=3600`,
+			state:  `"a \"quoted\" \\ name";r=1, "b";r=6;t=3600`,
 		},
 		{
 			name:   "huge values clamp to the Integer range",
-			d:      Decision{Status: 200, Policies: []Policy{pol("h", 1<<60, 1<<60, "", allowed(1<<62, 1<<62))}},
+			d:      Decision{Status: 200, Policies: []Policy{pol("h", 1<<60, 1<<60, "", allowed(1<<62, 1<<62), 1<<62)}},
 			policy: `"h";q=999999999999999;w=999999999999999`, state: `"h";r=999999999999999;t=4611686019`,
 		},
 		{
@@ -76,8 +75,8 @@ func TestWriteFields(t *testing.T) {
 		},
 		{
 			name:   "denied without a wait has no Retry-After",
-			d:      Decision{Status: 429, Policies: []Policy{pol("big", 10, 60, "", denied(0, 0))}},
-			policy: `"big";q=10;w=60`, state: `"big";r=0;t=0`,
+			d:      Decision{Status: 429, Policies: []Policy{pol("big", 10, 60, "", denied(0, 0), 6*time.Second)}},
+			policy: `"big";q=10;w=60`, state: `"big";r=0;t=6`,
 		},
 	}
 	for _, tt := range tests {
@@ -123,49 +122,6 @@ func TestRetryAfterOfTheLongestWait(t *testing.T) {
 	}
 }
 
-func TestRuleWindow(t *testing.T) {
-	// A client that is never used: window only looks at the algorithm.
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	gl := func(alg global.Algorithm) Limiter {
-		l, err := global.New(rdb, alg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	sharded := func(alg global.Algorithm, layout sharding.Layout) Limiter {
-		g, err := sharding.NewGlobal(rdb, alg, layout, sharding.Fixed(2))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	tests := []struct {
-		limiter Limiter
-		limit   hybridlimit.Limit
-		q, w    int64
-	}{
-		{answer(allowed(0, 0), nil), hybridlimit.PerMinute(100), 100, 60},
-		{answer(allowed(0, 0), nil), hybridlimit.PerSecond(10), 10, 1},
-		{answer(allowed(0, 0), nil), hybridlimit.PerMinute(100).WithBurst(10), 10, 6},
-		{answer(allowed(0, 0), nil), hybridlimit.Every(100*time.Millisecond, 5), 5, 1},
-		{answer(allowed(0, 0), nil), hybridlimit.PerHour(1).WithBurst(3), 3, 3 * 3600},
-		{gl(global.GCRA), hybridlimit.PerMinute(100).WithBurst(10), 10, 6},
-		{gl(global.FixedWindow), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
-		{gl(global.SlidingLog), hybridlimit.PerHour(5), 5, 3600},
-		{sharded(global.FixedWindow, sharding.Suffix), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
-		{sharded(global.FixedWindow, sharding.Time), hybridlimit.PerMinute(100).WithBurst(10), 10, 60},
-		{sharded(global.GCRA, sharding.Suffix), hybridlimit.PerMinute(100).WithBurst(10), 10, 6},
-	}
-	for _, tt := range tests {
-		r := Rule{Limiter: tt.limiter, Limit: tt.limit}
-		if q, w := r.window(); q != tt.q || w != tt.w {
-			t.Errorf("window(%s, %v) = q=%d w=%d, want q=%d w=%d", Kind(tt.limiter), tt.limit, q, w, tt.q, tt.w)
-		}
-	}
-}
-
 // FuzzFields formats arbitrary policies and checks that the fields parse
 // as Structured Field Lists that give back the names and numbers.
 func FuzzFields(f *testing.F) {
@@ -177,8 +133,8 @@ func FuzzFields(f *testing.F) {
 			t.Skip()
 		}
 		d := Decision{Status: 200, Policies: []Policy{
-			{Name: n1, Quota: q1, Window: w1, Result: hybridlimit.Result{Remaining: r1, ResetAfter: time.Duration(reset1)}},
-			{Name: n2, Quota: q2, Window: 1, Unit: UnitContentBytes, Result: hybridlimit.Result{Remaining: r2, ResetAfter: time.Duration(reset2)}},
+			{Name: n1, Quota: q1, Window: w1, Result: hybridlimit.Result{Remaining: r1}, Next: time.Duration(reset1)},
+			{Name: n2, Quota: q2, Window: 1, Unit: UnitContentBytes, Result: hybridlimit.Result{Remaining: r2}, Next: time.Duration(reset2)},
 		}}
 		h := http.Header{}
 		writeFields(h, &d, true)
@@ -189,9 +145,104 @@ func FuzzFields(f *testing.F) {
 		for i, p := range d.Policies {
 			if policy[i].Name != p.Name || policy[i].Params["q"] != sfInt(p.Quota) || policy[i].Params["w"] != sfInt(p.Window) ||
 				policy[i].Unit != p.Unit || state[i].Params["r"] != sfInt(p.Result.Remaining) ||
-				state[i].Params["t"] != sfInt(ceilSeconds(p.Result.ResetAfter)) {
+				p.Next >= 0 && state[i].Params["t"] != sfInt(ceilSeconds(p.Next)) {
 				t.Fatalf("policy %d: parsed %v / %v from %q / %q", i, policy[i], state[i], h.Get(HeaderRateLimitPolicy), h.Get(HeaderRateLimit))
 			}
 		}
 	})
+}
+
+// TestFieldsFollowDraft checks the fields of real decisions against
+// draft-ietf-httpapi-ratelimit-headers-11, field by field: q the quota, w
+// its window, r the available quota, t the effective window (the seconds
+// until more quota is available: for a token bucket its next token, for a
+// fixed window its end; left out where a sliding window's admission cannot
+// say), and Retry-After, on a rejection, not before the end of t. t was
+// the time until the bucket is full: a drained 10-a-minute key said t=60
+// next to Retry-After: 6, and a sliding window of 3 per 10s said t=19 with
+// w=10.
+func TestFieldsFollowDraft(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	gl := func(alg global.Algorithm) Limiter {
+		l, err := global.New(rdb, alg, global.WithPrefix(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	loc := newLocal(t)
+	// want is one response's fields; t < 0 means no t parameter.
+	type want struct {
+		status     int
+		q, w, r, t int64
+		retry      string
+	}
+	tenPerMin := hybridlimit.PerMinute(10)
+	threePer10s := hybridlimit.Limit{Rate: 3, Period: 10 * time.Second, Burst: 3}
+	for _, tt := range []struct {
+		name  string
+		l     Limiter
+		limit hybridlimit.Limit
+		steps []want
+	}{
+		{"local token bucket", loc, tenPerMin, append(repeat(10, func(i int) want { return want{200, 10, 60, int64(9 - i), 6, ""} }),
+			want{429, 10, 60, 0, 6, "6"})},
+		{"gcra", gl(global.GCRA), tenPerMin, append(repeat(10, func(i int) want { return want{200, 10, 60, int64(9 - i), 6, ""} }),
+			want{429, 10, 60, 0, 6, "6"})},
+		{"token bucket, a token every 2s", gl(global.TokenBucket), hybridlimit.Every(2*time.Second, 2), []want{
+			{200, 2, 4, 1, 2, ""}, {200, 2, 4, 0, 2, ""}, {429, 2, 4, 0, 2, "2"}}},
+		{"sliding window", gl(global.SlidingWindow), threePer10s, []want{
+			{200, 3, 10, 2, -1, ""}, {200, 3, 10, 1, -1, ""}, {200, 3, 10, 0, -1, ""}, {429, 3, 10, 0, -2, "-2"}}},
+		{"fixed window", gl(global.FixedWindow), threePer10s, []want{
+			{200, 3, 10, 2, -2, ""}, {200, 3, 10, 1, -2, ""}, {200, 3, 10, 0, -2, ""}, {429, 3, 10, 0, -2, "-2"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := New([]Rule{{Name: "r", Limiter: tt.l, Limit: tt.limit, Key: Static(tt.name)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			for i, w := range tt.steps {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+				policy, state := fields(t, rec.Header())
+				if rec.Code != w.status || len(policy) != 1 {
+					t.Fatalf("request %d: %d with %v, want %d and one policy", i, rec.Code, rec.Header(), w.status)
+				}
+				got := want{rec.Code, policy[0].Params["q"], policy[0].Params["w"], state[0].Params["r"], -1, rec.Header().Get("Retry-After")}
+				if v, ok := state[0].Params["t"]; ok {
+					got.t = v
+				}
+				// -2: a time the reply names (a window's end, a sliding
+				// window's wait), seconds from now, under 20: t and
+				// Retry-After must then agree with each other.
+				if w.t == -2 {
+					if got.t < 1 || got.t > 20 {
+						t.Errorf("request %d: t=%d, want 1 to 20", i, got.t)
+					}
+					w.t = got.t
+				}
+				if w.retry == "-2" {
+					if got.retry != strconv.FormatInt(got.t, 10) {
+						t.Errorf("request %d: Retry-After %q with t=%d, want them equal", i, got.retry, got.t)
+					}
+					w.retry = got.retry
+				}
+				if got != w {
+					t.Errorf("request %d: fields %+v, want %+v\n  %s: %s\n  %s: %s", i, got, w,
+						HeaderRateLimitPolicy, rec.Header().Get(HeaderRateLimitPolicy), HeaderRateLimit, rec.Header().Get(HeaderRateLimit))
+				}
+			}
+		})
+	}
+}
+
+func repeat[T any](n int, f func(i int) T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = f(i)
+	}
+	return out
 }

@@ -2,11 +2,11 @@ package httplimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 )
 
 // A KeyFunc says whose quota a request spends under a rule: the API key, the
@@ -55,10 +55,7 @@ func APIKey(name string) KeyFunc {
 }
 
 // digest returns 128 bits of SHA-256 of s, hex-encoded.
-func digest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
-}
+func digest(s string) string { return ruleset.Digest(s) }
 
 // User returns the identity that fn finds in the request's context, which
 // an authentication middleware in front of this one put there. Example:
@@ -155,32 +152,9 @@ func Static(key string) KeyFunc {
 // does. Parts are joined by '|', and '|' and '\' inside a part are escaped,
 // so distinct combinations never make the same key.
 func Join(parts ...KeyFunc) KeyFunc {
-	parts = append([]KeyFunc(nil), parts...)
-	return func(r *http.Request) (string, bool) {
-		var b strings.Builder
-		for i, p := range parts {
-			k, ok := p(r)
-			if !ok {
-				return "", false
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			writeEscaped(&b, k)
-		}
-		return b.String(), b.Len() > 0
+	fs := make([]func(*http.Request) (string, bool), len(parts))
+	for i, p := range parts {
+		fs[i] = p
 	}
-}
-
-func writeEscaped(b *strings.Builder, s string) {
-	if !strings.ContainsAny(s, `|\`) {
-		b.WriteString(s)
-		return
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '|' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
+	return ruleset.Join(fs...)
 }

@@ -6,18 +6,10 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func TestLocalSource(t *testing.T) {
-	tbl, err := local.NewTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := NewLocal(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	loc := newLocal(t)
 	t0 := time.Unix(1_700_000_000, 0)
 	limit := hybridlimit.PerMinute(1)
 	for i, want := range []bool{true, false} {

@@ -10,6 +10,7 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/httplimit/internal/sfv"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -24,6 +25,34 @@ func (l *fakeLimiter) AllowN(_ context.Context, key string, limit hybridlimit.Li
 	l.keys = append(l.keys, key)
 	return l.f(key, limit, cost)
 }
+
+// newLocal returns a Local on a table of its own.
+func newLocal(tb testing.TB) *Local {
+	tb.Helper()
+	tbl, err := local.NewTable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := NewLocal(tbl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// refunder is a fakeLimiter that also takes refunds, and counts them.
+type refunder struct {
+	*fakeLimiter
+	refunds []string
+}
+
+func (l *refunder) Refund(_ context.Context, key string, _ hybridlimit.Limit, _ int64) error {
+	l.refunds = append(l.refunds, key)
+	return nil
+}
+
+// refunding returns a refunder that always answers r.
+func refunding(r hybridlimit.Result) *refunder { return &refunder{fakeLimiter: answer(r, nil)} }
 
 // answer returns a fakeLimiter that always answers r (with the limit filled in) and err.
 func answer(r hybridlimit.Result, err error) *fakeLimiter {

@@ -44,14 +44,14 @@ func TestMatchAndExempt(t *testing.T) {
 			t.Errorf("%s: %s %s from %s = %v, want %v", tt.name, tt.method, tt.path, tt.remote, got, tt.want)
 		}
 	}
-	// A rule with Match counts other requests as no_key.
+	// A rule with Match counts other requests as skipped.
 	m, err := New([]Rule{{Name: "m", Limiter: answer(allowed(1, 0), nil), Limit: limit10, Key: Static("k"), Match: Methods("POST")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _ = m.Check(httptest.NewRequest("GET", "/", nil))
 	_, _ = m.Check(httptest.NewRequest("POST", "/", nil))
-	if o := m.Stats().Rules[0].Outcomes; o[OutcomeNoKey] != 1 || o[OutcomeAllowed] != 1 {
-		t.Errorf("outcomes = %v, want 1 no_key and 1 allowed", o)
+	if o := m.Stats().Rules[0].Outcomes; o[OutcomeSkipped] != 1 || o[OutcomeAllowed] != 1 {
+		t.Errorf("outcomes = %v, want 1 skipped and 1 allowed", o)
 	}
 }

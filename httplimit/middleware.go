@@ -1,15 +1,19 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
+	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 )
 
 // Middleware enforces a list of rules on HTTP requests. For each request it
-// runs Check (every rule, in order; see there for the tightest rule) and
+// runs Check (the rules in order, until one rejects the request; see there
+// for what a rejected request spends) and
 //
 //   - lets it through with the RateLimit-Policy and RateLimit fields of the
 //     tightest rule set on the response (handlers may still change them);
@@ -17,34 +21,27 @@ import (
 //     delay-seconds (rounded up, at least 1; none when no wait admits the
 //     request, its cost being above the rule's burst), Cache-Control:
 //     no-store and an application/problem+json body of type
-//     quota-exceeded naming the violated policies. A limit never yields
-//     503;
+//     quota-exceeded naming the violated policy (WithOnLimited replaces
+//     the status and body). A limit never yields 503;
 //   - or, when a FailClosed rule's limiter failed, or a limiter's own
-//     failure policy denied while Redis was out of reach, and no rule
-//     denied, answers 503 with a temporary-reduced-capacity problem and
-//     Retry-After.
+//     failure policy denied while Redis was out of reach, answers 503 with
+//     a temporary-reduced-capacity problem and Retry-After (WithOnError
+//     replaces it).
 //
-// Shadow rules never change the response. A Middleware holds no goroutine
-// and is safe for concurrent use; its limiters are started and closed by
-// their owner.
+// Shadow rules never change the response. Reload swaps the rules without
+// losing the limiters' state; Reset forgets a key of a rule.
+//
+// A Middleware holds no goroutine and is safe for concurrent use; its
+// limiters are started and closed by their owner.
 type Middleware struct {
-	rules []rule
-	cfg   config
-	stats stats
+	eng *ruleset.Engine[*http.Request]
+	cfg config
+	// legacy and reportAll start as the options say; Config.Reload may
+	// change them.
+	flags atomic.Pointer[headerFlags]
 }
 
-// rule is a Rule with what New computes from it once.
-type rule struct {
-	Rule
-	raw, hashed   string // limiter key prefixes for raw and hashed keys
-	quota, window int64
-	kind          string
-}
-
-// maxRawKey is the longest key a rule passes to its limiter as it is;
-// longer ones are hashed, so a client cannot make keys that a limiter
-// rejects as too long (and so pass under a FailOpen policy).
-const maxRawKey = 256
+type headerFlags struct{ legacy, reportAll bool }
 
 // New returns a Middleware enforcing rules, in the given order. It copies
 // the rules and rejects invalid ones with an error naming the rule and
@@ -60,85 +57,92 @@ func New(rules []Rule, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 	}
-	m := &Middleware{cfg: cfg, rules: make([]rule, len(rules))}
-	seen := make(map[string]bool, len(rules))
-	for i, r := range rules {
-		if err := r.check(); err != nil {
-			return nil, fmt.Errorf("%w: rules[%d] (%q): %w", ErrInvalidRule, i, r.Name, err)
-		}
-		if seen[r.Name] {
-			return nil, fmt.Errorf("%w: rules[%d] (%q): Name: used by an earlier rule", ErrInvalidRule, i, r.Name)
-		}
-		seen[r.Name] = true
-		if r.Cost == 0 {
-			r.Cost = 1
-		}
-		cr := rule{Rule: r, kind: Kind(r.Limiter)}
-		name := escapeKeyPart(r.Name)
-		cr.raw, cr.hashed = name+"|", name+"#"
-		cr.quota, cr.window = r.window()
-		m.rules[i] = cr
+	eng, err := ruleset.New(specs(rules), cfg.logger.With("component", "httplimit"), describe)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	m.stats.init(m.rules)
+	m := &Middleware{eng: eng, cfg: cfg}
+	m.flags.Store(&headerFlags{legacy: cfg.legacy, reportAll: cfg.reportAll})
 	return m, nil
 }
 
-// escapeKeyPart escapes the separators of limiter keys in a rule name.
-func escapeKeyPart(s string) string {
-	if !strings.ContainsAny(s, `|#\`) {
-		return s
+// describe renders a request for log lines.
+func describe(r *http.Request) string { return r.Method + " " + r.URL.Path }
+
+// Reload replaces the rules, atomically: each request is checked against
+// the old list or the new one, never a mix. Invalid rules are an error and
+// leave the old list in place. The limiters keep their state, which is
+// keyed by rule name: a rule that keeps its name keeps its keys' quotas
+// (under a new limit, as each limiter's limit change says) and its
+// counters. Options stay as New set them.
+func (m *Middleware) Reload(rules []Rule) error {
+	if err := m.eng.Reload(specs(rules)); err != nil {
+		return fmt.Errorf("httplimit: %w", err)
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '|' || c == '#' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return nil
 }
 
-// limiterKey returns the key the rule passes to its limiter: the escaped
-// rule name, '|' and the key, or '#' and the key's digest for a long key.
-func (r *rule) limiterKey(key string) string {
-	if len(key) > maxRawKey {
-		return r.hashed + digest(key)
+// Reset forgets key under the named rule, in the rule's limiter: the next
+// request of that key finds the full quota (every instance at once for
+// exact limiters; for the hybrid limiter, see its Reset). key is the
+// identity the rule's KeyFunc returns, such as the client address
+// "203.0.113.7"; for a key the request gives, such as an API key that
+// APIKey hashes, use ResetRequest.
+func (m *Middleware) Reset(ctx context.Context, rule, key string) error {
+	if err := m.eng.Reset(ctx, rule, key); err != nil {
+		return fmt.Errorf("httplimit: reset: %w", err)
 	}
-	return r.raw + key
+	return nil
 }
 
-func (r *rule) failRetry() time.Duration {
-	if r.FailRetry > 0 {
-		return r.FailRetry
+// ResetRequest forgets the key the named rule finds in r, as Reset does:
+// an operator resets an API key's quota by building a request carrying it.
+func (m *Middleware) ResetRequest(ctx context.Context, rule string, r *http.Request) error {
+	key, ok, err := m.eng.KeyOf(rule, r)
+	switch {
+	case err != nil:
+		return fmt.Errorf("httplimit: reset: %w", err)
+	case !ok:
+		return fmt.Errorf("httplimit: reset: rule %q finds no key in the request", rule)
 	}
-	return time.Second
+	return m.Reset(ctx, rule, key)
 }
 
 // Handler returns next guarded by the rules. Its signature makes
 // m.Handler a func(http.Handler) http.Handler, the shape routers take:
-// router.Use(m.Handler).
+// router.Use(m.Handler). A rule keyed by Route needs the pattern the
+// ServeMux matched, so wrap the handlers registered on the mux, not the
+// mux: mux.Handle("GET /items/{id}", m.Handler(items)).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, err := m.Check(r)
 		if err != nil {
 			// The client left, or the request's deadline passed, while
 			// a limiter decided: serving it would be wasted work.
-			m.stats.requests[requestCanceled].Add(1)
 			writeProblem(w, http.StatusServiceUnavailable, 0, reducedCapacity, "The request ended before its rate limits could be checked.", nil)
 			return
 		}
 		h := w.Header()
-		writeFields(h, &d, m.cfg.legacy)
+		m.WriteHeaders(h, &d)
 		switch d.Status {
 		case http.StatusOK:
-			m.stats.requests[requestAdmitted].Add(1)
 			next.ServeHTTP(w, r)
 		case http.StatusTooManyRequests:
-			m.stats.requests[requestLimited].Add(1)
+			if m.cfg.onLimited != nil {
+				h.Set("Cache-Control", "no-store")
+				hd := d // a copy for the hook, so that d itself stays on the stack
+				m.cfg.onLimited(w, r, &hd)
+				return
+			}
 			detail := fmt.Sprintf("Quota exceeded for %s.", quoteList(d.Violated))
 			writeProblem(w, d.Status, d.RetryAfter, quotaExceeded, detail, d.Violated)
 		default:
-			m.stats.requests[requestUnavailable].Add(1)
+			if m.cfg.onError != nil {
+				h.Set("Cache-Control", "no-store")
+				hd := d
+				m.cfg.onError(w, r, &hd)
+				return
+			}
 			writeProblem(w, d.Status, d.RetryAfter, reducedCapacity, "Rate limits could not be checked; try again later.", nil)
 		}
 	})

@@ -128,13 +128,16 @@ func (c *Core) Add(now, n int64) {
 func (c *Core) Set(now, tokens int64) { c.tat = c.p.set(c.p.clock(now), tokens) }
 
 // SetLimit makes the bucket enforce limit from now on. The bucket keeps the
-// instant at which it will be full again, as GCRA does in Redis: a full
-// bucket stays full, and one that would have been full 300ms from now still
-// will be, so it holds Burst - ceil(300ms/T) tokens of the new limit (none
-// if that is negative), up to 2^61 units of the new limit's refill: 35
-// minutes at 2^40 tokens a millisecond, decades at usual rates. It returns an error wrapping
-// hybridlimit.ErrInvalidLimit, and changes nothing, if limit.Validate
-// rejects the limit.
+// tokens it holds at now, the fraction of the next one included, cut to the
+// new burst, and refills at the new rate from now: 10/s drained and raised
+// to 100/s half a second later holds 5 tokens and gains one every 10ms; a
+// lowered burst clamps at once. A now before the instant at which the
+// bucket was last empty converts at that instant instead, with no tokens:
+// an early time cannot forgive what the bucket was short of. Core takes
+// times as given, so a now earlier than a call already made counts the new
+// rate from that earlier time; Table converts at the latest time it has
+// seen. It returns an error wrapping hybridlimit.ErrInvalidLimit, and
+// changes nothing, if limit.Validate rejects the limit.
 func (c *Core) SetLimit(now int64, limit hybridlimit.Limit) error {
 	p, err := newParams(limit)
 	if err != nil {
@@ -360,26 +363,38 @@ func (p *params) set(v uint64, tokens int64) uint64 {
 }
 
 // convert returns the state under to of a bucket in state tat under from at
-// t. The instant at which the bucket will be full again is kept, as GCRA
-// keeps its theoretical arrival time when the limit changes: a full bucket
-// stays full, and a bucket short of tokens stays short for as long, which
-// under a smaller burst may mean short of more than the whole burst. The
-// instant is kept however long before it t is, as an out-of-order call's
-// time may be: bounding the wait from t would move the instant earlier
-// and forgive the tokens the bucket is short of at later times. The one
-// bound is the representation's: a bucket is left short of at most
-// maxShort units of the new limit at t, so a wait of hours at a fast clock
-// cannot wrap to a full bucket.
+// t: the tokens it holds at t under from, in whole units of from, are kept,
+// in units of to rounded down and cut to to's burst, so that a raised limit
+// refills at once from what the bucket held and a lowered one clamps. A
+// full bucket stays full, as forgetting it (Table does) must change
+// nothing. A
+// bucket short of more than its burst at t (t is before a state it has been
+// through) is converted at the instant it held nothing, later than t, as an
+// empty bucket: converting at t would hand it a refill it never waited for.
+// That instant is kept at most maxShort units of to ahead of t, so a wait of
+// years at a slow rate cannot wrap a fast clock to a full bucket.
 func convert(from, to *params, tat uint64, t int64) uint64 {
 	d := debt(tat, from.clock(t))
-	if d <= 0 {
+	switch {
+	case d <= 0:
+		return to.full(t)
+	case uint64(d) >= from.tol:
+		w := min(from.wait(t, uint64(d)-from.tol), to.wait(t, maxShort-to.tol))
+		if t > math.MaxInt64-int64(w) {
+			return to.clock(math.MaxInt64) + to.tol
+		}
+		return to.clock(t+int64(w)) + to.tol
+	}
+	held := from.tol - uint64(d) // units of from, below from.tol
+	// held·to.one/from.one tokens' worth of units of to, unless that is the
+	// whole new burst: held ≥ to.Burst·from.one, compared in 128 bits.
+	if hi, lo := bits.Mul64(uint64(to.limit.Burst), from.one); hi == 0 && held >= lo {
 		return to.full(t)
 	}
-	w := min(from.wait(t, uint64(d)), to.wait(t, maxShort))
-	if t > math.MaxInt64-int64(w) {
-		return to.clock(math.MaxInt64)
-	}
-	return to.clock(t + int64(w))
+	// held < to.Burst·from.one, so the quotient is below to.tol < 2^62.
+	hi, lo := bits.Mul64(held, to.one)
+	units, _ := bits.Div64(hi, lo, from.one)
+	return to.clock(t) + to.tol - units
 }
 
 // checkCost validates a cost against the limit.

@@ -477,10 +477,12 @@ func TestCoreSetLimit(t *testing.T) {
 		want  []int64 // tokens at t0, t1, t2, ...
 	}{
 		{"full stays full", 0, hybridlimit.Limit{Rate: 1, Period: tick, Burst: 5}, []int64{5, 5}},
-		{"full stays full, smaller burst", 0, hybridlimit.Limit{Rate: 10, Period: time.Second, Burst: 1}, []int64{1, 1}},
-		{"full again at the same instant", 2, hybridlimit.Limit{Rate: 1, Period: 2 * tick, Burst: 4}, []int64{3, 3, 4}},
-		{"faster refill", 3, hybridlimit.Limit{Rate: 3, Period: tick, Burst: 9}, []int64{0, 3, 6, 9}},
-		{"short of more than the new burst", 3, hybridlimit.Limit{Rate: 1, Period: tick / 2, Burst: 2}, []int64{0, 0, 0, 2, 2}},
+		{"lowered burst clamps at once", 0, hybridlimit.Limit{Rate: 10, Period: time.Second, Burst: 1}, []int64{1, 1}},
+		{"tokens kept, slower refill", 2, hybridlimit.Limit{Rate: 1, Period: 2 * tick, Burst: 4}, []int64{1, 1, 2, 2, 3, 3, 4, 4}},
+		{"tokens kept, faster refill", 1, hybridlimit.Limit{Rate: 3, Period: tick, Burst: 9}, []int64{2, 5, 8, 9}},
+		{"empty refills at the new rate", 3, hybridlimit.Limit{Rate: 3, Period: tick, Burst: 9}, []int64{0, 3, 6, 9}},
+		{"empty under a smaller burst", 3, hybridlimit.Limit{Rate: 1, Period: tick / 2, Burst: 2}, []int64{0, 2, 2}},
+		{"more than the new burst clamps", 1, hybridlimit.Limit{Rate: 1, Period: tick, Burst: 1}, []int64{1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -501,6 +503,47 @@ func TestCoreSetLimit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCoreSetLimitKeepsTokens is the raise an operator makes during an
+// incident: 10/s drained, raised to 100/s 500ms later. The bucket holds the
+// 5 tokens it refilled by then, as x/time/rate's would, and refills at the
+// new rate from there; it used to keep the instant it would have been full
+// under the old limit, and held nothing until 900ms after the change.
+func TestCoreSetLimitKeepsTokens(t *testing.T) {
+	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(100)
+	const t0, half = int64(time.Hour), int64(500 * time.Millisecond)
+	c := mustCore(t, from, t0)
+	c.Take(t0, from.Burst)
+	if err := c.SetLimit(t0+half, to); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		after time.Duration
+		want  int64
+	}{{0, 5}, {10 * time.Millisecond, 6}, {100 * time.Millisecond, 15}, {950 * time.Millisecond, 100}} {
+		if got := c.Tokens(t0 + half + int64(tt.after)); got != tt.want {
+			t.Errorf("Tokens(change+%v) = %d, want %d", tt.after, got, tt.want)
+		}
+	}
+	// The fraction of a token refilled by the change is kept too: 10/s
+	// drained, changed 150ms later to 1/s (burst 5), holds 1.5 tokens: 2
+	// once half a second has passed, not before.
+	slow := hybridlimit.PerSecond(1).WithBurst(5)
+	c = mustCore(t, from, t0)
+	c.Take(t0, from.Burst)
+	const at = t0 + int64(150*time.Millisecond)
+	if err := c.SetLimit(at, slow); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		after time.Duration
+		want  int64
+	}{{0, 1}, {499 * time.Millisecond, 1}, {500 * time.Millisecond, 2}, {3500 * time.Millisecond, 5}} {
+		if got := c.Tokens(at + int64(tt.after)); got != tt.want {
+			t.Errorf("1.5 tokens kept under %v: Tokens(change+%v) = %d, want %d", slow, tt.after, got, tt.want)
+		}
 	}
 }
 
@@ -655,8 +698,8 @@ func TestCoreSetLimitAtEarlierTime(t *testing.T) {
 }
 
 // TestCoreSetLimitToHighRate checks that a bucket converted to a limit whose
-// clock runs very fast stays short: 7 hours of waiting at 2^40 tokens a
-// millisecond is more than 2^63 units, and must not wrap to a full bucket.
+// clock runs very fast refills at that rate and no faster: drained under
+// one token every 7 hours, then 2^40 tokens a millisecond.
 func TestCoreSetLimitToHighRate(t *testing.T) {
 	slow := hybridlimit.Every(7*time.Hour, 1)
 	fast := hybridlimit.Limit{Rate: hybridlimit.MaxQuantity, Period: time.Millisecond, Burst: hybridlimit.MaxQuantity}
@@ -668,12 +711,92 @@ func TestCoreSetLimitToHighRate(t *testing.T) {
 	if err := c.SetLimit(x, fast); err != nil {
 		t.Fatal(err)
 	}
-	for _, dt := range []time.Duration{0, time.Minute, 30 * time.Minute} {
-		if got := c.Tokens(x + int64(dt)); got != 0 {
-			t.Errorf("drained under %v, SetLimit(x, %v), then Tokens(x+%v) = %d, want 0", slow, fast, dt, got)
-		}
+	if got := c.Tokens(x); got != 0 {
+		t.Errorf("drained under %v, SetLimit(x, %v), then Tokens(x) = %d, want 0", slow, fast, got)
 	}
-	if r, _ := c.Take(x, fast.Burst); r.Allowed || r.RetryAfter < 30*time.Minute {
-		t.Errorf("Take(x, %d) = %+v, want denied, retry in 30m or more", fast.Burst, r)
+	if got, want := c.Tokens(x+int64(time.Microsecond)), fast.Burst/1000; got != want {
+		t.Errorf("Tokens(x+1us) = %d, want %d", got, want)
+	}
+	if got := c.Tokens(x + int64(time.Millisecond)); got != fast.Burst {
+		t.Errorf("Tokens(x+1ms) = %d, want %d: full", got, fast.Burst)
+	}
+}
+
+// TestCoreSetLimitMatchesModel switches a Core among several limits at
+// random times, spending at random, against an exact model that keeps the
+// tokens across each change (refilled under the old limit, cut to the new
+// burst; a full bucket stays full). The Core follows its own decisions,
+// the model the Core's: the Core never admits a cost the model does not
+// hold and never holds more whole tokens than the model, and holds at
+// most one fewer per change since the bucket was last full for a while (each change
+// rounds toward fewer tokens, by less than a unit). The limits are all of
+// the exact case, so nothing else is rounded.
+func TestCoreSetLimitMatchesModel(t *testing.T) {
+	limits := []hybridlimit.Limit{
+		gridLimit, hybridlimit.PerSecond(1000), hybridlimit.PerMinute(7).WithBurst(2),
+		{Rate: 13, Period: 1_000_001 * time.Microsecond, Burst: 13}, hybridlimit.PerHour(1e10),
+		hybridlimit.Every(250*time.Millisecond, 5), {Rate: 3, Period: time.Second, Burst: 9},
+	}
+	for seed := range 20 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		l := limits[rng.IntN(len(limits))]
+		now := int64(epoch)
+		c := mustCore(t, l, now)
+		model := new(big.Rat).SetInt64(l.Burst) // tokens at ts
+		ts := now
+		at := func(x int64) *big.Rat { // the model's tokens at x
+			r := new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(x-ts), big.NewInt(l.Rate)), big.NewInt(int64(l.Period)))
+			r.Add(r, model)
+			if b := new(big.Rat).SetInt64(l.Burst); r.Cmp(b) > 0 {
+				r = b
+			}
+			return r
+		}
+		changes, fullSince := 0, int64(-1)
+		for i := range 400 {
+			now += rng.Int64N(int64(l.Period)/l.Rate*2 + 1)
+			if rng.IntN(4) == 0 {
+				next := limits[rng.IntN(len(limits))]
+				// Full stays full: as the Core has it, which may be short of
+				// the model by less than a unit per change, and so not full
+				// at the instant the model fills up.
+				tok := at(now)
+				if c.Tokens(now) == l.Burst || tok.Cmp(new(big.Rat).SetInt64(next.Burst)) > 0 {
+					tok = new(big.Rat).SetInt64(next.Burst)
+				}
+				if err := c.SetLimit(now, next); err != nil {
+					t.Fatal(err)
+				}
+				l, model, ts = next, tok, now
+				changes++
+				fullSince = -1
+			}
+			tok := at(now)
+			// Full at an earlier call and still: the Core, less than a unit
+			// short per change, is full by now too.
+			if full := tok.Cmp(new(big.Rat).SetInt64(l.Burst)) == 0; !full {
+				fullSince = -1
+			} else if fullSince < 0 {
+				fullSince = now
+			} else if fullSince < now {
+				changes = 0
+			}
+			whole := new(big.Int).Quo(tok.Num(), tok.Denom()).Int64()
+			if got := c.Tokens(now); got > whole || got < whole-int64(changes) {
+				t.Fatalf("seed %d op %d under %v: Core holds %d, the model %s after %d changes", seed, i, l, got, tok.FloatString(6), changes)
+			}
+			cost := 1 + rng.Int64N(min(l.Burst, 4))
+			r, err := c.Take(now, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				if tok.Cmp(new(big.Rat).SetInt64(cost)) < 0 {
+					t.Fatalf("seed %d op %d under %v: admitted %d, the model holds %s", seed, i, l, cost, tok.FloatString(6))
+				}
+				model, ts = tok.Sub(tok, new(big.Rat).SetInt64(cost)), now
+				fullSince = -1
+			}
+		}
 	}
 }

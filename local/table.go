@@ -23,8 +23,8 @@ import (
 //
 // The limit is passed on every call, so one Table serves many policies. A key
 // keeps the limit it was last used with; a call with a different limit
-// converts its bucket as Core.SetLimit does, keeping the instant at which
-// it will be full again.
+// converts its bucket as Core.SetLimit does: it keeps the tokens the bucket
+// holds, cut to the new burst, and refills at the new rate from then on.
 //
 // A key that is absent is a full bucket: its first call finds Burst tokens.
 // So a bucket that has refilled completely is as good as absent, and
@@ -159,8 +159,8 @@ func live(tat uint64) uint64 {
 	return tat
 }
 
-// errZeroTable is returned by the methods of a Table not made by NewTable.
-var errZeroTable = errors.New("local: Table not made by NewTable")
+// ErrZeroTable is returned by the methods of a Table not made by NewTable.
+var ErrZeroTable = errors.New("local: Table not made by NewTable")
 
 // NewTable returns an empty Table. It returns an error for an invalid
 // option. NewTable starts no goroutine.
@@ -277,7 +277,7 @@ func (t *Table) check(key string) (uint64, *shard, error) {
 // kept out of the decision paths.
 func (t *Table) badKey(key string) error {
 	if len(t.shards) == 0 {
-		return errZeroTable
+		return ErrZeroTable
 	}
 	return fmt.Errorf("local: %w", hybridlimit.CheckKey(key))
 }
@@ -406,7 +406,7 @@ func (t *Table) Peek(key string, now time.Time, limit hybridlimit.Limit, n int64
 	if from == nil {
 		tat = p.full(x)
 	} else if from.limit != limit {
-		tat = convert(from, p, tat, x)
+		tat = convert(from, p, tat, max(x, cur)) // at the present: see Table.convert
 	}
 	if err := p.checkCost(n); err != nil {
 		return hybridlimit.Result{Limit: limit}, err
@@ -491,7 +491,7 @@ func (t *Table) Set(key string, now time.Time, limit hybridlimit.Limit, tokens i
 }
 
 // Delete forgets key's bucket, as if it were full, and reports whether the
-// key was there.
+// key was there: the Reset of the other limiters of this module.
 func (t *Table) Delete(key string) bool {
 	h, s, err := t.check(key)
 	if err != nil {
@@ -610,8 +610,13 @@ func (t *Table) get(s *shard, h uint64, key string, x int64, p *params) *entry {
 }
 
 // convert returns the entry in slot i, replaced by one running under p if
-// it ran under another limit. The new entry keeps the instant the bucket
-// will be full again (see Core.SetLimit).
+// it ran under another limit. The new entry keeps the tokens the bucket
+// holds (see Core.SetLimit) at the shard's present, or at x if that is
+// later, and the present moves there: converted at an earlier time, the
+// bucket would refill at the new rate over time it was already spent under
+// the old one, and keys switching limits back and forth at two times could
+// gain that refill on every switch. A decision at x earlier than the
+// conversion sees the bucket as of x after it, with fewer tokens.
 func (t *Table) convert(s *shard, i uint64, x int64, p *params) *entry {
 	sl := &s.index.Load().s[i]
 	e := sl.e.Load()
@@ -623,7 +628,10 @@ func (t *Table) convert(s *shard, i uint64, x int64, p *params) *entry {
 		old := e.tat.Load()
 		now := s.now.at(x, t.base)             // after loading old (see present)
 		y := e.p.within(p.within(x, now), now) // in both windows
-		ne.tat.Store(live(convert(e.p, p, old, y)))
+		if y > now {
+			s.now.raise(min(y, since(t.base)+presentLead))
+		}
+		ne.tat.Store(live(convert(e.p, p, old, max(y, now))))
 		if e.tat.CompareAndSwap(old, retired) {
 			break
 		}

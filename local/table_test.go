@@ -119,33 +119,60 @@ func TestTableImplicitTime(t *testing.T) {
 }
 
 // TestTableLimitChange checks that a key called with another limit keeps
-// the instant it will be full again, and runs at the new rate.
+// the tokens it holds, cut to the new burst, and runs at the new rate.
 func TestTableLimitChange(t *testing.T) {
 	a := hybridlimit.Limit{Rate: 10, Period: time.Second, Burst: 10}
 	b := hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 5}
 	tb, t0 := mustTable(t), time.Now()
-	tb.AllowN("k", t0, a, 10) // empty, full again at t0+1s
-	if r, _ := tb.Peek("k", t0, b, 1); r.Remaining != 4 || r.Limit != b || r.ResetAfter != time.Second {
-		t.Errorf("Peek(k, t0, b) = %+v, want 4 remaining under b, full in 1s", r)
+	tb.AllowN("k", t0, a, 10) // empty; 3 tokens at t0+300ms
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	if r, _ := tb.Peek("k", at(300*time.Millisecond), b, 1); r.Remaining != 3 || r.Limit != b || r.ResetAfter != 2*time.Second {
+		t.Errorf("Peek(k, t0+300ms, b) = %+v, want 3 remaining under b, full in 2s", r)
 	}
-	if r, _ := tb.AllowN("k", t0, b, 4); !r.Allowed || r.Remaining != 0 || r.ResetAfter != 5*time.Second {
-		t.Errorf("AllowN(k, t0, b, 4) = %+v, want allowed with 0 remaining, full in 5s", r)
+	if r, _ := tb.AllowN("k", at(300*time.Millisecond), b, 3); !r.Allowed || r.Remaining != 0 || r.ResetAfter != 5*time.Second {
+		t.Errorf("AllowN(k, t0+300ms, b, 3) = %+v, want allowed with 0 remaining, full in 5s", r)
 	}
-	if r, _ := tb.AllowN("k", t0.Add(999*time.Millisecond), b, 1); r.Allowed {
-		t.Error("AllowN(k, t0+999ms, b, 1) = true, want false: b adds one token a second")
+	if r, _ := tb.AllowN("k", at(1299*time.Millisecond), b, 1); r.Allowed {
+		t.Error("AllowN(k, t0+1299ms, b, 1) = true, want false: b adds one token a second")
 	}
-	if r, _ := tb.AllowN("k", t0.Add(time.Second), b, 1); !r.Allowed {
-		t.Error("AllowN(k, t0+1s, b, 1) = false, want true")
+	if r, _ := tb.AllowN("k", at(1300*time.Millisecond), b, 1); !r.Allowed {
+		t.Error("AllowN(k, t0+1300ms, b, 1) = false, want true")
 	}
-	// Back to a: full again at t0+6s, which is 50 tokens of a away.
-	if r, _ := tb.AllowN("k", t0.Add(time.Second), a, 1); r.Allowed || r.RetryAfter != 4*time.Second+100*time.Millisecond {
-		t.Errorf("AllowN(k, t0+1s, a, 1) = %+v, want denied, retry in 4.1s", r)
+	// Back to a, empty: a token of a away.
+	if r, _ := tb.AllowN("k", at(1300*time.Millisecond), a, 1); r.Allowed || r.RetryAfter != 100*time.Millisecond {
+		t.Errorf("AllowN(k, t0+1.3s, a, 1) = %+v, want denied, retry in 100ms", r)
 	}
-	if err := tb.Add("k", t0.Add(time.Second), b, 2); err != nil {
+	if err := tb.Add("k", at(1300*time.Millisecond), b, 2); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := tb.Peek("k", t0.Add(time.Second), b, 1); r.Remaining != 2 {
+	if r, _ := tb.Peek("k", at(1300*time.Millisecond), b, 1); r.Remaining != 2 {
 		t.Errorf("Peek after Add under b = %+v, want 2 remaining", r)
+	}
+}
+
+// TestTableLimitChangeAtPresent checks that a limit change brought by a
+// call at an earlier time converts at the latest time the Table has seen:
+// a key switched between two limits by calls at two times, the later
+// spending under the slow limit, the earlier under the fast one, gains no
+// refill from the switches. Converted at the caller's time, each switch
+// handed the key the fast limit's refill over the gap between the two
+// times: 200 admitted of the 5 tokens held.
+func TestTableLimitChangeAtPresent(t *testing.T) {
+	slow, fast := hybridlimit.PerSecond(10), hybridlimit.PerSecond(1000).WithBurst(10)
+	tb, now := mustTable(t), time.Now()
+	early := now.Add(-100 * time.Millisecond)
+	tb.AllowN("k", now, slow, 5) // 5 tokens left at now
+	admitted := 0
+	for range 100 {
+		if r, _ := tb.AllowN("k", early, fast, 1); r.Allowed {
+			admitted++
+		}
+		if r, _ := tb.AllowN("k", now, slow, 1); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d at two frozen times, want the 5 tokens held", admitted)
 	}
 }
 
@@ -392,11 +419,11 @@ func TestTableBadInput(t *testing.T) {
 	}
 	// The zero Table refuses politely.
 	var zero Table
-	if _, err := zero.AllowN("k", t0, gridLimit, 1); !errors.Is(err, errZeroTable) {
-		t.Errorf("zero Table: AllowN error = %v, want %v", err, errZeroTable)
+	if _, err := zero.AllowN("k", t0, gridLimit, 1); !errors.Is(err, ErrZeroTable) {
+		t.Errorf("zero Table: AllowN error = %v, want %v", err, ErrZeroTable)
 	}
-	if _, err := zero.Allow("k", gridLimit); !errors.Is(err, errZeroTable) {
-		t.Errorf("zero Table: Allow error = %v, want %v", err, errZeroTable)
+	if _, err := zero.Allow("k", gridLimit); !errors.Is(err, ErrZeroTable) {
+		t.Errorf("zero Table: Allow error = %v, want %v", err, ErrZeroTable)
 	}
 	if zero.Delete("k") || zero.Len() != 0 || zero.Sweep(t0) != 0 {
 		t.Error("zero Table: Delete, Len or Sweep found something")
@@ -559,6 +586,9 @@ func FuzzTable(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		tb := mustTable(t, WithShards(1))
 		model := map[string]*Core{}
+		// present is the Table's, which a conversion moves to the call's
+		// time if later: the model converts there too (see Table.convert).
+		present := func() int64 { return tb.shards[0].now.ns.Load() }
 		// get returns key's model bucket, converted to l; an absent key is
 		// a full bucket.
 		get := func(key string, x int64, l hybridlimit.Limit) *Core {
@@ -568,7 +598,7 @@ func FuzzTable(f *testing.F) {
 				c = &cc
 				model[key] = c
 			} else if c.Limit() != l {
-				c.SetLimit(x, l)
+				c.SetLimit(max(x, present()), l)
 			}
 			return c
 		}
@@ -602,7 +632,7 @@ func FuzzTable(f *testing.F) {
 				if m, ok := model[key]; ok {
 					c = *m
 					if c.Limit() != l {
-						c.SetLimit(x, l)
+						c.SetLimit(max(x, present()), l)
 					}
 				} else {
 					c = mustCore(t, l, x)

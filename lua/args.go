@@ -32,24 +32,31 @@ type Params struct {
 	// Burst is the bucket capacity (token bucket, GCRA) or the cost a
 	// window admits (window algorithms).
 	Burst int64
-	// Cost is the cost of this request.
+	// Cost is the cost of this request, or of the refund.
 	Cost int64
-	// Peek asks for the decision without spending anything.
-	Peek bool
+	// Mode says what the script does: Spend (the zero value), Peek or
+	// Refund.
+	Mode Mode
 }
+
+// Mode is what a limiter script does with a cost.
+type Mode int
+
+// The modes, as the scripts' mode argument spells them.
+const (
+	// Spend decides, and spends the cost if admitted.
+	Spend Mode = iota
+	// Peek decides and writes nothing.
+	Peek
+	// Refund gives the cost back, as far as the state allows.
+	Refund
+)
 
 // ErrParams is returned for parameters a script cannot represent exactly.
 var ErrParams = errors.New("lua: parameters out of range")
 
-func (p Params) peek() int64 {
-	if p.Peek {
-		return 1
-	}
-	return 0
-}
-
 func (p Params) check() error {
-	if p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
+	if p.Mode < Spend || p.Mode > Refund || p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
 		p.Burst < 1 || p.Burst >= maxWide || p.Cost < 1 || p.Cost > p.Burst {
 		return ErrParams
 	}
@@ -64,12 +71,13 @@ func (p Params) TokenBucketArgs() ([]any, error) {
 	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok { // the time to fill
 		return nil, ErrParams
 	}
-	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, p.peek()}, nil
+	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, int64(p.Mode)}, nil
 }
 
 // GCRAArgs returns ARGV for GCRA: cost and burst times the emission
 // interval (PeriodUS/Rate), each split into whole microseconds and a
-// remainder in 1/Rate microseconds, computed in 128-bit integers.
+// remainder in 1/Rate microseconds, computed in 128-bit integers, then the
+// burst and the cost themselves.
 func (p Params) GCRAArgs() ([]any, error) {
 	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
 		return nil, ErrParams
@@ -82,7 +90,7 @@ func (p Params) GCRAArgs() ([]any, error) {
 	if !ok {
 		return nil, ErrParams
 	}
-	return []any{p.Now, p.Rate, p.PeriodUS, incQ, incR, tolQ, tolR, p.peek()}, nil
+	return []any{p.Now, p.Rate, p.PeriodUS, incQ, incR, tolQ, tolR, int64(p.Mode), p.Burst, p.Cost}, nil
 }
 
 // WindowArgs returns ARGV for FixedWindow, SlidingWindow and SlidingLog,
@@ -91,7 +99,7 @@ func (p Params) WindowArgs() ([]any, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	return []any{p.Now, p.PeriodUS, p.Burst, p.Cost, p.peek()}, nil
+	return []any{p.Now, p.PeriodUS, p.Burst, p.Cost, int64(p.Mode)}, nil
 }
 
 // ConcurrencyArgs returns ARGV for ConcurrencyAcquire: at most maxHeld leases
@@ -100,7 +108,11 @@ func ConcurrencyArgs(now, maxHeld, ttlUS int64, id string, peek bool) ([]any, er
 	if now < 0 || now >= MaxNow || maxHeld < 1 || maxHeld >= maxExact || ttlUS < 1 || ttlUS >= maxWide || id == "" {
 		return nil, ErrParams
 	}
-	return []any{now, maxHeld, ttlUS, id, Params{Peek: peek}.peek()}, nil
+	mode := Spend
+	if peek {
+		mode = Peek
+	}
+	return []any{now, maxHeld, ttlUS, id, int64(mode)}, nil
 }
 
 // ReleaseArgs returns ARGV for ConcurrencyRelease.

@@ -13,14 +13,16 @@ func TestGCRAArgs(t *testing.T) {
 		want []any
 	}{
 		{"3 per second", Params{Rate: 3, PeriodUS: 1e6, Burst: 3, Cost: 1},
-			[]any{int64(0), int64(3), int64(1e6), int64(333333), int64(1), int64(1e6), int64(0), int64(0)}},
-		{"7 per minute, burst 2, peek", Params{Now: 5, Rate: 7, PeriodUS: 60e6, Burst: 2, Cost: 2, Peek: true},
-			[]any{int64(5), int64(7), int64(60e6), int64(17142857), int64(1), int64(17142857), int64(1), int64(1)}},
+			[]any{int64(0), int64(3), int64(1e6), int64(333333), int64(1), int64(1e6), int64(0), int64(0), int64(3), int64(1)}},
+		{"7 per minute, burst 2, peek", Params{Now: 5, Rate: 7, PeriodUS: 60e6, Burst: 2, Cost: 2, Mode: Peek},
+			[]any{int64(5), int64(7), int64(60e6), int64(17142857), int64(1), int64(17142857), int64(1), int64(1), int64(2), int64(2)}},
+		{"refund", Params{Now: 5, Rate: 7, PeriodUS: 60e6, Burst: 2, Cost: 1, Mode: Refund},
+			[]any{int64(5), int64(7), int64(60e6), int64(8571428), int64(4), int64(17142857), int64(1), int64(2), int64(2), int64(1)}},
 		// 2^40 * 8.64e10 overflows 64 bits; the 128-bit product does not.
 		{"largest quantities", Params{Rate: 1 << 40, PeriodUS: 86_400_000_000, Burst: 1 << 40, Cost: 1 << 40},
-			[]any{int64(0), int64(1 << 40), int64(86_400_000_000), int64(86_400_000_000), int64(0), int64(86_400_000_000), int64(0), int64(0)}},
+			[]any{int64(0), int64(1 << 40), int64(86_400_000_000), int64(86_400_000_000), int64(0), int64(86_400_000_000), int64(0), int64(0), int64(1 << 40), int64(1 << 40)}},
 		{"a nanosecond per token", Params{Rate: 1e9, PeriodUS: 1e6, Burst: 10, Cost: 1},
-			[]any{int64(0), int64(1e9), int64(1e6), int64(0), int64(1e6), int64(0), int64(1e7), int64(0)}},
+			[]any{int64(0), int64(1e9), int64(1e6), int64(0), int64(1e6), int64(0), int64(1e7), int64(0), int64(10), int64(1)}},
 	}
 	for _, tt := range tests {
 		got, err := tt.p.GCRAArgs()
@@ -37,6 +39,7 @@ func TestParamsRejects(t *testing.T) {
 		{Rate: 0, PeriodUS: 1000, Burst: 5, Cost: 1}, {Rate: 1, PeriodUS: 0, Burst: 5, Cost: 1},
 		{Now: -1, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1}, {Now: 1 << 53, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1},
 		{Rate: 1, PeriodUS: 1 << 53, Burst: 1, Cost: 1},
+		{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: Refund + 1}, {Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: -1},
 	} {
 		_, err1 := p.TokenBucketArgs()
 		_, err2 := p.GCRAArgs()

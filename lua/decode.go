@@ -95,3 +95,40 @@ func micros(us int64, what string) (time.Duration, error) {
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }
+
+// Refunded is the reply of a limiter script run in Refund mode, decoded
+// and checked.
+type Refunded struct {
+	// Given is the cost given back: at most the cost asked, less when the
+	// state held less to give (a bucket that filled up, a window count
+	// that had restarted).
+	Given int64
+	// Remaining is the cost that could be admitted now, after the refund.
+	Remaining int64
+	// ResetAfter is the time until the limiter is back to its idle state.
+	ResetAfter time.Duration
+}
+
+// DecodeRefund decodes {given, remaining, 0, reset_after_us}, the reply of
+// a limiter script in Refund mode, and checks that nothing is negative,
+// given is at most cost, and the third element is 0.
+func DecodeRefund(reply any, cost int64) (Refunded, error) {
+	v, err := DecodeInts(reply, 4)
+	if err != nil {
+		return Refunded{}, err
+	}
+	given, remaining, zero, reset := v[0], v[1], v[2], v[3]
+	switch {
+	case given < 0 || given > cost:
+		return Refunded{}, fmt.Errorf("%w: given is %d of a cost of %d", ErrMalformedReply, given, cost)
+	case remaining < 0:
+		return Refunded{}, fmt.Errorf("%w: remaining is %d", ErrMalformedReply, remaining)
+	case zero != 0:
+		return Refunded{}, fmt.Errorf("%w: refund with retry_after %dus", ErrMalformedReply, zero)
+	}
+	resetD, err := micros(reset, "reset_after")
+	if err != nil {
+		return Refunded{}, err
+	}
+	return Refunded{Given: given, Remaining: remaining, ResetAfter: resetD}, nil
+}

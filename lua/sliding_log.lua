@@ -1,9 +1,12 @@
--- sliding_log.lua: one decision of a sliding-window log.
+-- sliding_log.lua: one decision of a sliding-window log, or a refund.
 --
 -- Every admitted request is logged with its time and cost. A request of cost
 -- c at time now is admitted when the cost logged in (now - period_us, now]
 -- plus c is at most quota. Exact, at the price of one sorted-set member per
--- admitted request still in the window.
+-- admitted request still in the window. A refund removes the newest member
+-- of cost c among the newest 32 (the decision refunded, unless a later one
+-- of the same cost came meanwhile, which counts the same), or else takes c
+-- off the newest members, removing them or lowering their cost.
 --
 -- KEYS[1]  sorted set, one member per admitted request, scored by its time
 --          in microseconds; the member is "<time_us>:<seq>:<cost>", unique
@@ -16,9 +19,17 @@
 -- ARGV[2]  period_us: the window length in microseconds, integer >= 1
 -- ARGV[3]  quota: cost admitted per window, integer >= 1
 -- ARGV[4]  cost: integer in [1, quota]
--- ARGV[5]  peek: 1 = decide but write nothing, 0 = spend if admitted
+-- ARGV[5]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
+--          2 = refund the cost
 --
--- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}
+-- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
+-- refund {given, remaining, 0, reset_after_us}, given being the cost
+-- removed from the log.
+--
+-- A change of quota or period needs no conversion: the cost logged in the
+-- window of the new period is compared with the new quota, exactly, as far
+-- as the log reaches (a call under a shorter period removes the members
+-- older than it, which a longer period would still count).
 --
 -- The log's time never runs back: a call stamped earlier than t (a clock
 -- that stepped back, callers' clocks that disagree) is decided and logged
@@ -42,7 +53,8 @@ local now = now_us()
 local period = int_arg(2)
 local quota = int_arg(3)
 local cost = int_arg(4)
-local peek = ARGV[5] == '1'
+local mode = ARGV[5]
+local peek, refund = mode == '1', mode == '2'
 
 local function cost_of(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
@@ -82,6 +94,58 @@ if #old > 0 and not peek then
   redis.call('PEXPIRE', meta, ttl) -- meta may have been rebuilt
 end
 
+local function reset_us()
+  if sum <= 0 then
+    return 0
+  end
+  local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  if #newest == 2 then
+    return math.max(tonumber(newest[2]) + period - now, 0)
+  end
+  return 0
+end
+
+if refund then
+  local given = 0
+  local newest = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. string.format('%d', cutoff), 'LIMIT', 0, 32)
+  for _, member in ipairs(newest) do
+    if cost_of(member) == cost then
+      redis.call('ZREM', log, member)
+      given = cost
+      break
+    end
+  end
+  -- No member of that cost among the newest: take it off the newest ones,
+  -- removing each, or lowering the cost of the last one taken from.
+  while given < cost do
+    local batch = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. string.format('%d', cutoff), 'WITHSCORES', 'LIMIT', 0, 32)
+    if #batch == 0 then
+      break
+    end
+    for i = 1, #batch, 2 do
+      local member, c = batch[i], cost_of(batch[i])
+      local take = math.min(c, cost - given)
+      if take < c then
+        -- Added before the old entry goes, so the log is never empty in
+        -- between: an emptied key would lose its TTL.
+        local ts, seq = string.match(member, '^(%d+):(%d+):')
+        redis.call('ZADD', log, batch[i + 1], string.format('%s:%s:%d', ts, seq, c - take))
+      end
+      redis.call('ZREM', log, member)
+      given = given + take
+      if given >= cost then
+        break
+      end
+    end
+  end
+  if given > 0 then
+    sum = math.max(sum - given, 0)
+    redis.call('HSET', meta, 'sum', sum, 't', t)
+    redis.call('PEXPIRE', meta, ttl)
+  end
+  return {given, math.max(quota - sum, 0), 0, reset_us()}
+end
+
 local allowed = sum + cost <= quota
 if allowed and not peek then
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
@@ -118,14 +182,4 @@ if not allowed then
   end
 end
 
-local reset = 0
-if sum > 0 then
-  local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-  if #newest == 2 then
-    reset = tonumber(newest[2]) + period - now
-  end
-  if reset < 0 then
-    reset = 0
-  end
-end
-return {allowed and 1 or 0, remaining, retry, reset}
+return {allowed and 1 or 0, remaining, retry, reset_us()}

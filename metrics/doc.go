@@ -1,12 +1,12 @@
 // Package metrics turns the plain counters of the hybrid limiter (package
-// sync) and of the HTTP middleware (package httplimit) into Prometheus
-// metrics. Each constructor returns a prometheus.Collector that reads one
+// sync), of the HTTP middleware (package httplimit) and of the gRPC
+// interceptors (package grpclimit) into Prometheus metrics. Each constructor returns a prometheus.Collector that reads one
 // Stats snapshot per scrape; the library registers nothing, so register the
 // collectors yourself, on the registry of your choice:
 //
 //	hc, err := metrics.NewHybridCollector(limiter)
 //	if err != nil { ... }
-//	mc, err := metrics.NewMiddlewareCollector(mw)
+//	mc, err := metrics.NewMiddlewareCollector(mw)   // or NewInterceptorCollector(ic)
 //	if err != nil { ... }
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(hc, mc)

@@ -5,52 +5,79 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hybridlimit/hybridlimit/grpclimit"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 )
 
 // MiddlewareSource is what a middleware collector reads:
-// *httplimit.Middleware, or a test double.
+// *httplimit.Middleware, *grpclimit.Interceptor, or a test double. Both
+// report their counters in one Stats type.
 type MiddlewareSource interface {
 	Stats() httplimit.Stats
 }
 
-var _ MiddlewareSource = (*httplimit.Middleware)(nil)
+var (
+	_ MiddlewareSource = (*httplimit.Middleware)(nil)
+	_ MiddlewareSource = (*grpclimit.Interceptor)(nil)
+)
 
 type middlewareCollector struct {
 	src                          MiddlewareSource
 	requests, decisions, errored *prometheus.Desc
+	duration                     *prometheus.Desc
 }
 
-// NewMiddlewareCollector returns a collector of the middleware's counters,
-// read from src.Stats() at each scrape. Its metrics, with the default
-// namespace:
+// NewMiddlewareCollector returns a collector of the HTTP middleware's
+// counters, read from src.Stats() at each scrape. Its metrics, with the
+// default namespace:
 //
-//	hybridlimit_http_requests_total{result}                        counter
+//	hybridlimit_http_requests_total{result}                          counter
 //	hybridlimit_http_rule_decisions_total{rule,limiter,mode,outcome} counter
-//	hybridlimit_http_limiter_errors_total{rule,limiter,class}      counter
+//	hybridlimit_http_limiter_errors_total{rule,limiter,class}        counter
+//	hybridlimit_http_check_duration_seconds                          histogram
 //
 // result is admitted, limited (429), unavailable (503 from a FailClosed
-// rule, or a limiter's failure policy denying) or canceled. limiter is the rule's limiter kind (hybrid, global,
-// local, custom), mode is enforce or shadow, outcome is an
-// httplimit.Outcome (allowed, denied, shadow_denied, exempt, no_key,
-// error_open, error_closed) and class an httplimit.ErrorClass. Every series
-// of every rule is sent, zeros included, so rates start from the first scrape.
+// rule, or a limiter's failure policy denying) or canceled. limiter is the
+// rule's limiter kind (hybrid, global, local, custom), mode is enforce or
+// shadow, outcome is an httplimit.Outcome (allowed, denied, shadow_denied,
+// exempt, no_key, error_open, error_closed, skipped, refunded, unrefunded)
+// and class an httplimit.ErrorClass. rule_decisions_total counts every
+// request each rule saw once, admissions included, so
+// rate(...{outcome="allowed"}) is the rule's admission rate and the sum
+// over outcomes its request rate. check_duration_seconds times each
+// request's check of its rules, refunds included, from 1us to 100ms
+// buckets. Every series of every rule is sent, zeros included, so rates
+// start from the first scrape; the rules are those of the source's list at
+// the scrape, which a reload may change.
 func NewMiddlewareCollector(src MiddlewareSource, opts ...Option) (prometheus.Collector, error) {
+	return newRulesCollector(src, "http", "rate-limit middleware", opts)
+}
+
+// NewInterceptorCollector is NewMiddlewareCollector for the gRPC
+// interceptors of package grpclimit: the same metrics, named
+// hybridlimit_grpc_requests_total and so on, where limited is
+// ResourceExhausted and unavailable is Unavailable.
+func NewInterceptorCollector(src MiddlewareSource, opts ...Option) (prometheus.Collector, error) {
+	return newRulesCollector(src, "grpc", "rate-limit interceptor", opts)
+}
+
+func newRulesCollector(src MiddlewareSource, subsystem, what string, opts []Option) (prometheus.Collector, error) {
 	if src == nil {
-		return nil, fmt.Errorf("metrics: nil middleware")
+		return nil, fmt.Errorf("metrics: nil %s", what)
 	}
 	c, err := build(opts)
 	if err != nil {
 		return nil, err
 	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, "http", name), help, labels, c.labels)
+		return prometheus.NewDesc(prometheus.BuildFQName(c.namespace, subsystem, name), help, labels, c.labels)
 	}
 	coll := &middlewareCollector{
 		src:       src,
-		requests:  d("requests_total", "Requests the rate-limit middleware saw, by what it did with them.", "result"),
-		decisions: d("rule_decisions_total", "Rate-limit rule outcomes per request.", "rule", "limiter", "mode", "outcome"),
-		errored:   d("limiter_errors_total", "Errors returned by a rule's limiter instead of a decision, by class.", "rule", "limiter", "class"),
+		requests:  d("requests_total", "Requests the "+what+" saw, by what it did with them.", "result"),
+		decisions: d("rule_decisions_total", "Rate-limit rule outcomes per request, admissions included.", "rule", "limiter", "mode", "outcome"),
+		errored:   d("limiter_errors_total", "Errors returned by a rule's limiter instead of a decision or a refund, by class.", "rule", "limiter", "class"),
+		duration:  d("check_duration_seconds", "How long checking a request's rate-limit rules took, refunds included."),
 	}
 	return coll, checked(coll)
 }
@@ -60,6 +87,7 @@ func (c *middlewareCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.requests
 	ch <- c.decisions
 	ch <- c.errored
+	ch <- c.duration
 }
 
 // Collect reads one Stats snapshot and sends every metric.
@@ -84,4 +112,10 @@ func (c *middlewareCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.errored, r.Errors[e], r.Name, r.Limiter, e.String())
 		}
 	}
+	h := s.CheckDuration
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i := range min(len(h.Bounds), len(h.Buckets)) {
+		buckets[h.Bounds[i]] = h.Buckets[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.Sum, buckets)
 }

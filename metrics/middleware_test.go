@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/grpclimit"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -66,10 +68,11 @@ func TestMiddlewareCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Three keyed GETs: two allowed, one denied by per-key; the keyless
-	// GET has no per-key key; the HEAD is admitted and its per-key
-	// decision denied. The shadow rule admits the first request, would
-	// deny the next three, and exempts the HEAD.
+	// Three keyed GETs: two allowed, one denied by per-key, which ends
+	// that request's evaluation; the keyless GET has no per-key key; the
+	// HEAD is denied by per-key too. The shadow rule sees the three
+	// requests per-key let through: it admits the first and would deny
+	// the next two.
 	series := func(rule, limiter, mode string, counts map[string]int) string {
 		var b strings.Builder
 		for o := range httplimit.NumOutcomes {
@@ -87,7 +90,7 @@ func TestMiddlewareCollector(t *testing.T) {
 		return b.String()
 	}
 	want := `
-# HELP hybridlimit_http_limiter_errors_total Errors returned by a rule's limiter instead of a decision, by class.
+# HELP hybridlimit_http_limiter_errors_total Errors returned by a rule's limiter instead of a decision or a refund, by class.
 # TYPE hybridlimit_http_limiter_errors_total counter
 ` + errs("per-key", "global") + errs("trial", "local") + `# HELP hybridlimit_http_requests_total Requests the rate-limit middleware saw, by what it did with them.
 # TYPE hybridlimit_http_requests_total counter
@@ -95,12 +98,22 @@ hybridlimit_http_requests_total{limiter_name="edge",result="admitted"} 3
 hybridlimit_http_requests_total{limiter_name="edge",result="canceled"} 0
 hybridlimit_http_requests_total{limiter_name="edge",result="limited"} 2
 hybridlimit_http_requests_total{limiter_name="edge",result="unavailable"} 0
-# HELP hybridlimit_http_rule_decisions_total Rate-limit rule outcomes per request.
+# HELP hybridlimit_http_rule_decisions_total Rate-limit rule outcomes per request, admissions included.
 # TYPE hybridlimit_http_rule_decisions_total counter
 ` + series("per-key", "global", "enforce", map[string]int{"allowed": 2, "denied": 2, "no_key": 1}) +
-		series("trial", "local", "shadow", map[string]int{"allowed": 1, "shadow_denied": 3, "exempt": 1})
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		series("trial", "local", "shadow", map[string]int{"allowed": 1, "shadow_denied": 2})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybridlimit_http_limiter_errors_total",
+		"hybridlimit_http_requests_total", "hybridlimit_http_rule_decisions_total"); err != nil {
 		t.Error(err)
+	}
+	// One check-duration observation per request, in the buckets.
+	mfs, err := testutil.CollectAndFormat(c, expfmt.TypeTextPlain, "hybridlimit_http_check_duration_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := string(mfs); !strings.Contains(text, `hybridlimit_http_check_duration_seconds_count{limiter_name="edge"} 5`) ||
+		!strings.Contains(text, `hybridlimit_http_check_duration_seconds_bucket{limiter_name="edge",le="0.1"} 5`) {
+		t.Errorf("check duration histogram:\n%s", text)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
@@ -169,5 +182,48 @@ func TestConstLabelsReserved(t *testing.T) {
 		if _, err := NewMiddlewareCollector(mw, WithConstLabels(prometheus.Labels{name: "x"})); err == nil {
 			t.Errorf("NewMiddlewareCollector(WithConstLabels(%q)) succeeded", name)
 		}
+	}
+}
+
+// TestInterceptorCollector: the gRPC interceptors' counters, under grpc_
+// names.
+func TestInterceptorCollector(t *testing.T) {
+	tbl, err := local.NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := grpclimit.NewLocal(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := grpclimit.New([]grpclimit.Rule{{Name: "per-method", Limiter: loc, Limit: hybridlimit.PerHour(1), Key: grpclimit.Method()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := ic.Check(&grpclimit.Call{Ctx: t.Context(), FullMethod: "/a.B/C"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := NewInterceptorCollector(ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP hybridlimit_grpc_requests_total Requests the rate-limit interceptor saw, by what it did with them.
+# TYPE hybridlimit_grpc_requests_total counter
+hybridlimit_grpc_requests_total{result="admitted"} 1
+hybridlimit_grpc_requests_total{result="canceled"} 0
+hybridlimit_grpc_requests_total{result="limited"} 1
+hybridlimit_grpc_requests_total{result="unavailable"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybridlimit_grpc_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+	if _, err := NewInterceptorCollector(nil); err == nil {
+		t.Error("NewInterceptorCollector(nil) succeeded")
 	}
 }

@@ -57,8 +57,13 @@ func (l Layout) String() string {
 // Result.Remaining of an admitted request is what its part has left, a
 // lower bound of the key's; Peek sums all parts.
 //
+// Refund gives back to the part that last admitted on the key, and what
+// that part has no room for to the next ones; Reset forgets the key whole
+// and every part of every layout it may have had.
+//
 // A Global is safe for concurrent use and starts no goroutines.
 type Global struct {
+	rdb     hybridlimit.Redis
 	whole   *global.Limiter // keys of shard count 1
 	parts   *global.Limiter // the parts of split keys, under their own prefix
 	alg     global.Algorithm
@@ -68,6 +73,7 @@ type Global struct {
 	split   func(limit hybridlimit.Limit, j, s int) hybridlimit.Limit // Part or Quota
 	next    atomic.Uint64
 	denials denials
+	admits  admits
 }
 
 // GlobalOption configures NewGlobal.
@@ -146,7 +152,7 @@ func NewGlobal(rdb hybridlimit.Redis, alg global.Algorithm, layout Layout, shard
 	if alg != global.TokenBucket && alg != global.GCRA {
 		split = Quota // a window's Period is its length: divide only what it admits
 	}
-	return &Global{whole: whole, parts: parts, alg: alg, layout: layout, shards: shards, split: split, clock: cfg.clock}, nil
+	return &Global{rdb: rdb, whole: whole, parts: parts, alg: alg, layout: layout, shards: shards, split: split, clock: cfg.clock}, nil
 }
 
 // Algorithm returns the algorithm every part decides by.
@@ -258,10 +264,11 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 			return hybridlimit.Result{}, err
 		}
 		if r.Allowed {
+			g.admits.note(key, limit, j)
 			r.Limit = limit
 			return r, nil
 		}
-		g.denials.note(pk, part, cost, now.Add(r.RetryAfter), now.Add(r.ResetAfter))
+		g.denials.note(key, pk, part, cost, now.Add(min(r.RetryAfter, denialMemory)), now.Add(r.ResetAfter))
 		denial.RetryAfter = minPositive(denial.RetryAfter, r.RetryAfter)
 		denial.ResetAfter = max(denial.ResetAfter, r.ResetAfter)
 		denial.Remaining += r.Remaining
@@ -269,6 +276,93 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 	denial.RetryAfter = max(denial.RetryAfter, time.Microsecond)
 	denial.ResetAfter = max(denial.ResetAfter, denial.RetryAfter)
 	return denial, nil
+}
+
+// Refund gives back cost that a decision on key under limit took (see
+// global.Limiter.Refund). For a key split in the Suffix layout it goes to
+// the part that last admitted on the key, which is the decision's own
+// unless others came between, and what that part has no room for to the
+// next parts in turn, so the key regains the whole cost unless every part
+// is full. A part given something is no longer skipped for a denial this
+// Global remembers; a refund made by another process does not reach this
+// memory, and a part it refilled may be skipped until the retry time its
+// last denial named.
+func (g *Global) Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
+	s, err := g.count(key, limit)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s == 1 && g.layout == Time:
+		_, err := g.whole.RefundAt(ctx, g.clock(), key, limit, cost)
+		return err
+	case s == 1:
+		return g.whole.Refund(ctx, key, limit, cost)
+	}
+	if err := checkSplitKey(key); err != nil {
+		return err
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return fmt.Errorf("sharding: %w", err)
+	}
+	if g.layout == Time {
+		now := g.clock()
+		_, err := g.parts.RefundAt(ctx, now, PartKey(key, window(now, limit.Period, s), s), limit, cost)
+		return err
+	}
+	start := g.admits.last(key, limit, s)
+	for i := 0; i < s && cost > 0; i++ {
+		j := (start + i) % s
+		pk, part := PartKey(key, j, s), g.split(limit, j, s)
+		given, err := g.parts.Give(ctx, pk, part, min(cost, part.Burst))
+		if err != nil {
+			return err
+		}
+		if given > 0 {
+			g.denials.forget(pk)
+		}
+		cost -= given
+	}
+	return nil
+}
+
+// Reset forgets key, as global.Limiter.Reset does, without knowing its
+// layout: it deletes the whole key's state and that of every part of every
+// shard count up to MaxShards (2,079 parts), in one pipeline, and the
+// denials and admissions this Global remembers for it.
+func (g *Global) Reset(ctx context.Context, key string) error {
+	if g == nil || g.whole == nil {
+		return fmt.Errorf("sharding: %w", hybridlimit.ErrNilClient)
+	}
+	names, err := g.whole.Keys(key)
+	if err != nil {
+		return fmt.Errorf("sharding: %w", err)
+	}
+	groups := [][]string{names} // the keys of one part share a slot: one DEL each
+	if checkSplitKey(key) == nil {
+		for s := 2; s <= MaxShards; s++ {
+			for j := range s {
+				ks, err := g.parts.Keys(PartKey(key, j, s))
+				if err != nil {
+					return fmt.Errorf("sharding: %w", err)
+				}
+				groups = append(groups, ks)
+			}
+		}
+	}
+	pipe := g.rdb.Pipeline()
+	for _, ks := range groups {
+		pipe.Del(ctx, ks...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("sharding: reset: %w: %w", hybridlimit.ErrUnavailable, err)
+	}
+	g.denials.forgetKey(key)
+	g.admits.forgetKey(key)
+	return nil
 }
 
 // Peek reports the state of key summed over its parts: Remaining is the
@@ -330,13 +424,16 @@ func minPositive(a, b time.Duration) time.Duration {
 
 // denials remembers, per part, when the last denial said its cost would
 // fit again, in a fixed number of slots: a slot holds one part at a time,
-// so forgetting a denial costs a Redis call, never a wrong answer. Exact
-// limiters never give tokens back, so no part admits a cost before the
-// time its denial of that cost named, nor a larger cost, under the same
-// limit.
+// so forgetting a denial costs a Redis call, never a wrong answer. A part
+// admits no cost before the time its denial of that cost named, nor a
+// larger cost, under the same limit, unless it is given tokens back:
+// Refund and Reset forget what they touch, and a denial is trusted for at
+// most denialMemory, so that a Refund or Reset made by another process is
+// seen within that.
 type denials struct {
 	slots [256]struct {
 		mu    stdsync.Mutex
+		base  string // the key the part is of
 		key   string
 		limit hybridlimit.Limit
 		cost  int64
@@ -345,14 +442,18 @@ type denials struct {
 	}
 }
 
+// denialMemory is the longest a denial is trusted: a key at its limit
+// costs one Redis call per part per denialMemory at most.
+const denialMemory = time.Second
+
 func (d *denials) slot(key string) int {
 	return int(hybridlimit.Slot(key)) % len(d.slots)
 }
 
-func (d *denials) note(key string, limit hybridlimit.Limit, cost int64, until, full time.Time) {
+func (d *denials) note(base, key string, limit hybridlimit.Limit, cost int64, until, full time.Time) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
-	s.key, s.limit, s.cost, s.until, s.full = key, limit, cost, until, full
+	s.base, s.key, s.limit, s.cost, s.until, s.full = base, key, limit, cost, until, full
 	s.mu.Unlock()
 }
 
@@ -366,6 +467,72 @@ func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now tim
 		return 0, 0
 	}
 	return s.until.Sub(now), s.full.Sub(now)
+}
+
+// forget drops the denial of the part named key.
+func (d *denials) forget(key string) {
+	s := &d.slots[d.slot(key)]
+	s.mu.Lock()
+	if s.key == key {
+		s.base, s.key = "", ""
+	}
+	s.mu.Unlock()
+}
+
+// forgetKey drops the denials of every part of base.
+func (d *denials) forgetKey(base string) {
+	for i := range d.slots {
+		s := &d.slots[i]
+		s.mu.Lock()
+		if s.base == base {
+			s.base, s.key = "", ""
+		}
+		s.mu.Unlock()
+	}
+}
+
+// admits remembers, per key, the part that last admitted on it, in a fixed
+// number of slots, so that a refund goes back where a decision was most
+// likely taken. A slot holds one key at a time: a key whose slot another
+// took refunds from its first part on, which loses nothing, as a full part
+// passes the refund on.
+type admits struct {
+	slots [256]struct {
+		mu    stdsync.Mutex
+		key   string
+		limit hybridlimit.Limit
+		part  int
+	}
+}
+
+func (a *admits) slot(key string) int { return int(hybridlimit.Slot(key)) % len(a.slots) }
+
+func (a *admits) note(key string, limit hybridlimit.Limit, part int) {
+	s := &a.slots[a.slot(key)]
+	s.mu.Lock()
+	s.key, s.limit, s.part = key, limit, part
+	s.mu.Unlock()
+}
+
+// last returns the part that last admitted on key under limit split s
+// ways, or 0.
+func (a *admits) last(key string, limit hybridlimit.Limit, s int) int {
+	sl := &a.slots[a.slot(key)]
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.key != key || sl.limit != limit || sl.part >= s {
+		return 0
+	}
+	return sl.part
+}
+
+func (a *admits) forgetKey(key string) {
+	s := &a.slots[a.slot(key)]
+	s.mu.Lock()
+	if s.key == key {
+		s.key = ""
+	}
+	s.mu.Unlock()
 }
 
 // window returns the part that holds the fixed window of now under the

@@ -1,7 +1,9 @@
 // Command httpserver is a small HTTP service protected by the httplimit
 // middleware against Redis: a quota per client IP on the hybrid limiter, a
-// quota per API key on an exact limiter, a per-route cap on an expensive
-// endpoint decided in process, and Prometheus metrics of it all.
+// quota per API key on an exact limiter whose size depends on the key's
+// plan, a per-route cap on an expensive endpoint decided in process, and
+// Prometheus metrics of it all. A request one rule rejects costs the
+// others nothing; each 429 is logged with who was throttled.
 //
 //	go run ./examples/httpserver -redis 127.0.0.1:6379
 //	go run ./examples/httpserver -miniredis          # embedded Redis, runs anywhere
@@ -12,10 +14,13 @@
 //	for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/hello; done
 //	curl -si localhost:8080/hello        # RateLimit-Policy, RateLimit, and 429 once spent
 //	curl -s localhost:8080/metrics | grep hybridlimit_
+//	curl -s -X POST 'localhost:8080/admin/reset?rule=per-ip&key=127.0.0.1'   # from loopback only
+//	kill -HUP <pid>                      # with -config: reload the rules, quotas kept
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -107,17 +113,29 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	if err != nil {
 		return err
 	}
+	// One in-process table for the local rules, kept across reloads.
+	tbl, err := local.NewTable(local.WithMaxKeys(100_000))
+	if err != nil {
+		return err
+	}
+	inProcess, err := httplimit.NewLocal(tbl)
+	if err != nil {
+		return err
+	}
+	env := httplimit.Env{Hybrid: hybrid, Redis: rdb, Local: inProcess}
+	opts := []httplimit.Option{httplimit.WithLogger(log), httplimit.WithOnLimited(throttled(log))}
 	var mw *httplimit.Middleware
 	if *configPath != "" {
 		cfg, err := httplimit.LoadConfigFile(*configPath)
 		if err != nil {
 			return err
 		}
-		mw, err = cfg.Middleware(httplimit.Env{Hybrid: hybrid, Redis: rdb}, httplimit.WithLogger(log))
-		if err != nil {
+		if mw, err = cfg.Middleware(env, opts...); err != nil {
 			return err
 		}
-	} else if mw, err = builtinRules(hybrid, rdb, &httplimit.ClientIP{TrustedProxies: proxies}, log); err != nil {
+		stopReload := reloadOnHangup(*configPath, mw, env, log)
+		defer stopReload()
+	} else if mw, err = builtinRules(hybrid, rdb, inProcess, &httplimit.ClientIP{TrustedProxies: proxies}, opts); err != nil {
 		return err
 	}
 
@@ -159,31 +177,85 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	return nil
 }
 
-// builtinRules shows the Go API: three rules, evaluated in this order.
-func builtinRules(hybrid *hlsync.Limiter, rdb redis.UniversalClient, clientIP *httplimit.ClientIP, log *slog.Logger) (*httplimit.Middleware, error) {
+// builtinRules shows the Go API: three rules, evaluated in this order,
+// each asked only if the ones before it admitted the request.
+func builtinRules(hybrid *hlsync.Limiter, rdb redis.UniversalClient, inProcess *httplimit.Local, clientIP *httplimit.ClientIP, opts []httplimit.Option) (*httplimit.Middleware, error) {
 	exact, err := global.New(rdb, global.GCRA)
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := local.NewTable(local.WithMaxKeys(100_000))
-	if err != nil {
-		return nil, err
-	}
-	inProcess, err := httplimit.NewLocal(tbl)
-	if err != nil {
-		return nil, err
+	// The per-key quota depends on the key's plan. A real service reads
+	// the plan from the account the key belongs to; the demo trusts a
+	// header.
+	plans := map[string]hybridlimit.Limit{"pro": hybridlimit.PerMinute(1000)}
+	perPlan := func(r *http.Request) hybridlimit.Limit {
+		if l, ok := plans[r.Header.Get("X-Plan")]; ok {
+			return l
+		}
+		return hybridlimit.PerMinute(100)
 	}
 	return httplimit.New([]httplimit.Rule{
 		// Every client IP (IPv6 by /64): 10 a minute, across all replicas.
 		{Name: "per-ip", Limiter: hybrid, Limit: hybridlimit.PerMinute(10), Key: httplimit.IP(clientIP)},
-		// Every API key: 100 a minute, exact; if Redis is down, refuse.
-		{Name: "per-key", Limiter: exact, Limit: hybridlimit.PerMinute(100), Key: httplimit.APIKey("X-API-Key"),
+		// Every API key: 100 or 1000 a minute, exact; if Redis is down, refuse.
+		{Name: "per-key", Limiter: exact, LimitFunc: perPlan, Key: httplimit.APIKey("X-API-Key"),
 			OnError: httplimit.FailClosed},
 		// The expensive route: 2 a second per client, per replica.
 		{Name: "search", Limiter: inProcess, Limit: hybridlimit.PerSecond(2),
 			Match: httplimit.PathPrefixes("/search"),
 			Key:   httplimit.Join(httplimit.Route(), httplimit.IP(clientIP)), Exempt: httplimit.Methods("HEAD")},
-	}, httplimit.WithLegacyHeaders(), httplimit.WithLogger(log))
+	}, append([]httplimit.Option{httplimit.WithLegacyHeaders()}, opts...)...)
+}
+
+// throttled answers a 429 as the middleware would, a problem+json body
+// naming the violated policy (the fields and Retry-After are set already),
+// after logging who was throttled.
+func throttled(log *slog.Logger) func(http.ResponseWriter, *http.Request, *httplimit.Decision) {
+	return func(w http.ResponseWriter, r *http.Request, d *httplimit.Decision) {
+		log.Info("throttled", "policies", d.Violated, "remote", r.RemoteAddr, "path", r.URL.Path, "retry_after", d.RetryAfter)
+		body, _ := json.Marshal(map[string]any{
+			"type":              httplimit.ProblemQuotaExceeded,
+			"title":             "Request cannot be satisfied as assigned quota has been exceeded",
+			"status":            http.StatusTooManyRequests,
+			"violated-policies": d.Violated,
+		})
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write(append(body, '\n'))
+	}
+}
+
+// reloadOnHangup reloads the rules file on SIGHUP, until the returned
+// function is called. A file that fails to load or build changes nothing.
+func reloadOnHangup(path string, mw *httplimit.Middleware, env httplimit.Env, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+			}
+			cfg, err := httplimit.LoadConfigFile(path)
+			if err == nil {
+				err = cfg.Reload(mw, env)
+			}
+			if err != nil {
+				log.Warn("rules not reloaded", "path", path, "err", err)
+				continue
+			}
+			log.Info("rules reloaded", "path", path, "rules", len(cfg.Rules))
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
+	}
 }
 
 // routes wraps each limited handler in the middleware, inside the mux, so
@@ -198,6 +270,30 @@ func routes(mw *httplimit.Middleware, reg *prometheus.Registry) http.Handler {
 		fmt.Fprintf(w, "results for %q\n", r.URL.Query().Get("q"))
 	})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	// An operator forgets a client's quota without knowing the limiter's
+	// key layout: POST /admin/reset?rule=per-ip&key=203.0.113.7, or with
+	// &api_key= for the per-key rule. Loopback only; put real
+	// authentication in front of anything like it.
+	mux.HandleFunc("POST /admin/reset", func(w http.ResponseWriter, r *http.Request) {
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err != nil || !ap.Addr().IsLoopback() {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		q := r.URL.Query()
+		var err error
+		if k := q.Get("api_key"); k != "" {
+			probe, _ := http.NewRequestWithContext(r.Context(), "GET", "/", nil)
+			probe.Header.Set("X-API-Key", k)
+			err = mw.ResetRequest(r.Context(), q.Get("rule"), probe)
+		} else {
+			err = mw.Reset(r.Context(), q.Get("rule"), q.Get("key"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, "reset")
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }
