@@ -19,9 +19,9 @@ import (
 func TestNewRejectsBadConfig(t *testing.T) {
 	c := redistest.Standalone(t)
 	for name, rdb := range map[string]hybridlimit.Redis{
-		"nil":                nil,
-		"typed nil":          (*redis.Client)(nil),
-		"typed nil cluster":  (*redis.ClusterClient)(nil),
+		"nil":                 nil,
+		"typed nil":           (*redis.Client)(nil),
+		"typed nil cluster":   (*redis.ClusterClient)(nil),
 		"nil UniversalClient": redis.UniversalClient((*redis.Client)(nil)),
 	} {
 		// A typed nil was accepted, and the loop's first round panicked
