@@ -18,8 +18,17 @@ import (
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	c := redistest.Standalone(t)
-	if _, err := hlsync.New(nil); !errors.Is(err, hybridlimit.ErrNilClient) {
-		t.Errorf("New(nil) = %v, want ErrNilClient", err)
+	for name, rdb := range map[string]hybridlimit.Redis{
+		"nil":                 nil,
+		"typed nil":           (*redis.Client)(nil),
+		"typed nil cluster":   (*redis.ClusterClient)(nil),
+		"nil UniversalClient": redis.UniversalClient((*redis.Client)(nil)),
+	} {
+		// A typed nil was accepted, and the loop's first round panicked
+		// in a goroutine of its own, killing the process.
+		if l, err := hlsync.New(rdb); !errors.Is(err, hybridlimit.ErrNilClient) || l != nil {
+			t.Errorf("New(%s client) = %v, %v; want ErrNilClient", name, l, err)
+		}
 	}
 	bad := map[string]hlsync.Option{
 		"nil option":         nil,

@@ -122,8 +122,8 @@ type Limiter struct {
 
 // New returns a Limiter on rdb. It validates the options and starts nothing.
 func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("sync: %w", hybridlimit.ErrNilClient)
+	if err := hybridlimit.CheckClient(rdb); err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
 	}
 	cfg := defaults()
 	for _, o := range opts {
@@ -363,6 +363,57 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 		r.RetryAfter = l.cfg.interval // the next round may bring tokens
 	}
 	return r, nil
+}
+
+// Refund gives back cost that decisions on key under limit admitted, for
+// a request that did not go ahead (another rule of the request denied it,
+// say): the instance may spend it again, and in Reserve mode hands it back
+// to Redis at its next round if the key does not need it; in Optimistic
+// mode it is not reported, or, if it was, the next reports are that much
+// smaller. At most what this instance's entries for key admitted is given
+// back; for a key it no longer tracks nothing is (Redis keeps counting the
+// cost as spent: an undershoot, never an overshoot). Stats.Admitted counts
+// the refunded cost as admitted all the same, Stats.Refunded counts it.
+// Errors: an invalid limit, cost or key, ErrClosed, ctx.Err().
+func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := limit.Validate(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	home := l.table.get(key)
+	if home == nil || home.dead.Load() {
+		return nil
+	}
+	// Home first, then the other parts of a split key, each given back at
+	// most what it admitted.
+	at := home.layout()
+	for j := 0; j < at.shards && cost > 0; j++ {
+		e := home
+		if j != int(home.shard) {
+			if e = l.parts.get(partName(key, j, at)); e == nil {
+				continue
+			}
+		}
+		l.lock(e)
+		if n := min(cost, e.consumed()); n > 0 && !e.dead.Load() {
+			e.deposit(n)
+			cost -= n
+			l.stats.refunded.Add(uint64(n))
+		}
+		l.unlock(e)
+	}
+	return nil
 }
 
 // Allow is AllowN(ctx, key, limit, 1).

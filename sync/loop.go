@@ -213,7 +213,9 @@ func (l *Limiter) idle(now time.Time, e *entry) bool {
 		return e.issued == 0 && e.avail.Load() == 0
 	}
 	if l.cfg.mode == Optimistic {
-		if e.consumed() != e.acked {
+		// Below acked only after a refund of what was reported: nothing
+		// left to say.
+		if e.consumed() > e.acked {
 			return false
 		}
 		e.take(e.avail.Load()) // self-issued allowance: nothing in Redis

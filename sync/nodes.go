@@ -2,6 +2,8 @@ package sync
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -131,14 +133,42 @@ func (l *Limiter) probe(n *node, wg *stdsync.WaitGroup) {
 		defer n.probing.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.roundTimeout)
 		defer cancel()
-		life := 3*l.cfg.interval + l.cfg.roundTimeout
-		_, err := lua.Presence.Run(ctx, l.rdb, []string{l.probeKeys[n.group]}, 0, l.cfg.instanceID, life.Microseconds(), "1")
-		if err != nil {
-			l.stats.countError(err)
-			lua.NoteError(l.rdb, err)
-		}
-		n.breaker.outcome(l.cfg.clock.Now(), err)
+		_ = l.probeNode(ctx, n)
 	}()
+}
+
+// probeNode runs the probe of node n and tells its breaker the outcome.
+func (l *Limiter) probeNode(ctx context.Context, n *node) error {
+	life := 3*l.cfg.interval + l.cfg.roundTimeout
+	_, err := lua.Presence.Run(ctx, l.rdb, []string{l.probeKeys[n.group]}, 0, l.cfg.instanceID, life.Microseconds(), "1")
+	if err != nil {
+		l.stats.countError(err)
+		lua.NoteError(l.rdb, err)
+	}
+	n.breaker.outcome(l.cfg.clock.Now(), err)
+	return err
+}
+
+// Ping checks that Redis takes the limiter's writes: it reads the
+// cluster's slot map and sends the probe (a write to a key of the node's
+// own, 6.6 of docs/design.md) to every master serving the limiter's slot
+// groups, or to the one server. New and Start never wait for Redis, so a
+// service that must not start blind calls Ping first and treats its error
+// as fatal. The error wraps hybridlimit.ErrUnavailable and names each node
+// that failed; the outcome also tells the node's breaker, as the loop's
+// probe does.
+func (l *Limiter) Ping(ctx context.Context) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	l.refreshNodes(ctx, l.cfg.clock.Now())
+	var errs []error
+	for _, n := range l.nodes.all() {
+		if err := l.probeNode(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("sync: ping %s: %w: %w", n.addr, hybridlimit.ErrUnavailable, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // breaker keeps one node off the request path once calls to it have

@@ -15,6 +15,8 @@ type counters struct {
 	reshards, moves                                            atomic.Uint64
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
+	refunded                                                   atomic.Uint64 // tokens given back by Refund
+	admitted                                                   highWater     // the largest Stats.Admitted reported
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
 	errors                                                     [NumErrorClasses]atomic.Uint64
 	roundDuration, roundMessages                               histogram
@@ -24,6 +26,22 @@ type counters struct {
 	// decision 82 ns, against 27-33 ns striped (BenchmarkLimiterDenyEmpty,
 	// 2 cores).
 	deniedRemote, deniedLocal *xsync.Counter
+}
+
+// highWater is a counter that only moves up.
+type highWater struct{ v atomic.Uint64 }
+
+// raise returns the largest of x and every value raised before.
+func (h *highWater) raise(x uint64) uint64 {
+	for {
+		cur := h.v.Load()
+		if x <= cur {
+			return cur
+		}
+		if h.v.CompareAndSwap(cur, x) {
+			return x
+		}
+	}
 }
 
 // observeRound records a round that sent msgs key messages and began at
@@ -73,8 +91,9 @@ type Stats struct {
 	// WithShards or WithAutoShards.
 	SplitKeys int64
 	LastRound time.Duration // how long the last background round took
-	// Admitted is the cost admitted from allowance, all keys, since New.
-	Admitted uint64
+	// Admitted is the cost admitted from allowance, all keys, since New,
+	// refunded cost included; Refunded is the cost Refund gave back.
+	Admitted, Refunded uint64
 	// Outstanding is the allowance held unspent now, all keys: tokens
 	// Redis counts as this instance's (Reserve) or that it may still
 	// admit before reporting (Optimistic).
@@ -121,7 +140,7 @@ type NodeStats struct {
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
 	l.retiring.RLock()
-	admitted, outstanding, split := c.evictedAdmitted.Load(), int64(0), int64(0)
+	admitted, outstanding, split := c.evictedAdmitted.Load()+c.refunded.Load(), int64(0), int64(0)
 	l.each(func(e *entry) {
 		l.lock(e)
 		held, consumed := e.snapshot()
@@ -133,6 +152,10 @@ func (l *Limiter) Stats() Stats {
 		}
 	})
 	l.retiring.RUnlock()
+	// A refund moves cost out of an entry and into the refunded count in
+	// one step the walk above may see half done: Admitted, a counter, is
+	// kept from going down meanwhile.
+	admitted = c.admitted.raise(admitted)
 	now := l.cfg.clock.Now()
 	var since time.Duration
 	if last := c.lastSuccess.Load(); last != 0 {
@@ -155,6 +178,7 @@ func (l *Limiter) Stats() Stats {
 		RoundMessages:   c.roundMessages.snapshot(&roundMessages),
 		Errors:          errs,
 		Admitted:        admitted,
+		Refunded:        c.refunded.Load(),
 		Outstanding:     outstanding,
 		SinceSync:       since,
 		BreakerOpenFor:  openFor,
