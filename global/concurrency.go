@@ -82,7 +82,7 @@ type Concurrency struct {
 
 // NewConcurrency returns a concurrency limiter on rdb.
 func NewConcurrency(rdb hybridlimit.Redis, opts ...Option) (*Concurrency, error) {
-	if isNil(rdb) {
+	if hybridlimit.CheckClient(rdb) != nil {
 		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	ks, err := build(opts)
@@ -125,7 +125,7 @@ func (c *Concurrency) PeekAt(ctx context.Context, now time.Time, key string, lim
 }
 
 func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limit ConcurrencyLimit, peek bool) (Lease, hybridlimit.Result, error) {
-	if c == nil || isNil(c.rdb) {
+	if c == nil || hybridlimit.CheckClient(c.rdb) != nil {
 		return Lease{}, hybridlimit.Result{}, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	if err := limit.Validate(); err != nil {
@@ -176,7 +176,7 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 // next Acquire finds all MaxInFlight free. A holder whose lease was dropped
 // may still Release it, which reports false.
 func (c *Concurrency) Reset(ctx context.Context, key string) error {
-	if c == nil || isNil(c.rdb) {
+	if c == nil || hybridlimit.CheckClient(c.rdb) != nil {
 		return fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	keys, err := keyNames(c.ks, key, kindConcurrency)
@@ -208,7 +208,7 @@ func (c *Concurrency) ReleaseAt(ctx context.Context, now time.Time, lease Lease)
 }
 
 func (c *Concurrency) release(ctx context.Context, nowUS int64, lease Lease) (bool, error) {
-	if c == nil || isNil(c.rdb) {
+	if c == nil || hybridlimit.CheckClient(c.rdb) != nil {
 		return false, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	if lease.Key == "" || lease.ID == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
@@ -80,7 +79,7 @@ type Limiter struct {
 // New returns a Limiter running alg on rdb, which may be a *redis.Client,
 // a *redis.ClusterClient or any hybridlimit.Redis.
 func New(rdb hybridlimit.Redis, alg Algorithm, opts ...Option) (*Limiter, error) {
-	if isNil(rdb) {
+	if hybridlimit.CheckClient(rdb) != nil {
 		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	if !alg.valid() {
@@ -194,7 +193,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // this Limiter's algorithm (two for the sliding log, one otherwise), for
 // inspection, or for deleting many keys' state in one pipeline.
 func (l *Limiter) Keys(key string) ([]string, error) {
-	if l == nil || isNil(l.rdb) {
+	if l == nil || hybridlimit.CheckClient(l.rdb) != nil {
 		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	_, kinds, err := l.script()
@@ -255,7 +254,7 @@ func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hyb
 // run validates, names the keys and runs the algorithm's script in mode,
 // returning its raw reply. nowUS 0 means Redis TIME.
 func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode lua.Mode) (any, error) {
-	if l == nil || isNil(l.rdb) {
+	if l == nil || hybridlimit.CheckClient(l.rdb) != nil {
 		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
 	if err := limit.Validate(); err != nil {
@@ -389,16 +388,3 @@ func ceilMicros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// isNil reports whether rdb is nil or an interface holding a nil pointer,
-// which would panic on first use.
-func isNil(rdb hybridlimit.Redis) bool {
-	if rdb == nil {
-		return true
-	}
-	v := reflect.ValueOf(rdb)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
-}
