@@ -387,4 +387,3 @@ func micros(t time.Time) (int64, error) {
 func ceilMicros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
-
