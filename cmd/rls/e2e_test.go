@@ -79,6 +79,11 @@ func env(t *testing.T, root string, extra ...string) map[string]string {
 	e := map[string]string{
 		"REDIS_URL": s.Addr, "RUNTIME_ROOT": root, "CACHE_KEY_PREFIX": redistest.Prefix(t),
 		"HYBRIDLIMIT_CONFIG_POLL_INTERVAL": "0", "LOG_FORMAT": "json",
+		// The sequences these tests check are Redis's answers: under -race
+		// on a loaded machine a fetch can outlast the default 10ms, and the
+		// failure policy, not Redis, would answer. The failure tests set
+		// the default back.
+		"HYBRIDLIMIT_MAX_WAIT": "2s",
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		e[extra[i]] = extra[i+1]
@@ -386,7 +391,8 @@ func TestRedisStopped(t *testing.T) {
 	for _, policy := range []string{"fallback-local", "error"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.Start(t)
-			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy)
+			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy,
+				"HYBRIDLIMIT_MAX_WAIT", "10ms")
 			p := start(t, rlsBinary(t), e)
 			p.mustCall(request("basic", 0, entries("key1", "warm")))
 			worst := time.Duration(0)
