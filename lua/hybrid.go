@@ -10,4 +10,7 @@ var (
 	// Reshard moves a split key's parts from one layout to another, one
 	// step on one part per call.
 	Reshard = load("reshard")
+	// SyncReset forgets keys, for the instances that hold them to forget
+	// their allowance at their next message.
+	SyncReset = load("sync_reset")
 )

@@ -79,7 +79,7 @@
 --             owed (tokens the instance admitted while Redis could not be
 --                   asked, not yet acknowledged; see the modes),
 --             age (microseconds since the first of owed was admitted).
--- Reply: a flat array, eight integers per key:
+-- Reply: a flat array, nine integers per key:
 --             total (the ledger's total after this message),
 --             remaining (whole tokens left in the bucket; 0 in debt),
 --             retry_us (time until one token is available; 0 if one is),
@@ -91,7 +91,11 @@
 --             seq (the ledger's sequence number as the message found it;
 --                  0 without one. Above the message's own, the message
 --                  was not applied: an earlier run of this instance, under
---                  the same id, numbered past it, its clock ahead).
+--                  the same id, numbered past it, its clock ahead),
+--             reset (1 when the key was reset since the instance's ledger
+--                    was written, sync_reset.lua: the message was not
+--                    applied, and the instance forgets what it holds and
+--                    owes for the key; else 0).
 local now = now_us()
 local now_ms = floor_div(now, 1000)
 local now_s = floor_div(now, 1000000)
@@ -201,6 +205,22 @@ local function ahead(b)
   return math.max(b.tat, now)
 end
 
+-- relimit converts the bucket to the message's limit when the limit it was
+-- written under, old ("rate period burst"), differs: it keeps the tokens
+-- the bucket holds now (or its debt), cut to the new burst, and refills at
+-- the new rate from now on. A full bucket stays full, as an absent one
+-- does. It returns the text to store as the bucket's limit, or nil when it
+-- is stored already.
+local function relimit(b, old, limit, interval, burst)
+  if old == limit then return nil end
+  local r0, p0, b0 = string.match(old or '', '^(%d+) (%d+) (%d+)$')
+  if r0 and b.tat > now then
+    local held = tonumber(b0) - (b.tat - now) * tonumber(r0) / tonumber(p0)
+    b.tat = later(now, (burst - math.min(held, burst)) * interval)
+  end
+  return limit
+end
+
 -- take charges n tokens now (a grant, a report), recording the full
 -- stretch it ends.
 local function take(b, n, interval)
@@ -240,7 +260,7 @@ for i = 1, #KEYS / 2 do
   local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
-  local got = redis.call('HMGET', bkey, 't', lfield, 'x', 'f')
+  local got = redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z')
   local raw, l, x = got[1], got[2], got[3]
   local moved_s, moved_gen = 0, 0
   if raw and string.byte(raw, 1) == 109 then -- 'm'
@@ -248,6 +268,10 @@ for i = 1, #KEYS / 2 do
     moved_s, moved_gen = tonumber(s), tonumber(g)
   end
   local b = state(moved_s == 0 and raw, got[4])
+  local limit_text = nil
+  if moved_s == 0 then
+    limit_text = relimit(b, got[5], string.format('%d %d %d', rate, period, burst), interval, burst)
+  end
 
   local lseq, total = 0, base
   if l then
@@ -255,7 +279,11 @@ for i = 1, #KEYS / 2 do
     lseq = tonumber(s)
     if tonumber(e) == epoch then total = tonumber(n) end
   end
-  local fresh = seq > lseq and moved_s == 0
+  -- A key reset (sync_reset.lua) since this instance's ledger was written:
+  -- what it holds or owes under the old state is forgotten, not applied.
+  local reset = not l and got[6] and tonumber(got[6]) + ledger_ttl * 1000 > now
+    and (base > 0 or held > 0 or owed > 0)
+  local fresh = seq > lseq and moved_s == 0 and not reset
   if fresh then
     if reserve and base + owed > total then
       owe(b, base + owed - total, now - age, interval)
@@ -293,6 +321,9 @@ for i = 1, #KEYS / 2 do
     if b.stretch then
       w[#w + 1], w[#w + 2] = 'f', string.format('%.17g %.17g', b.fs, b.fg)
     end
+    if limit_text and (t or raw) then
+      w[#w + 1], w[#w + 2] = 'L', limit_text
+    end
     local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(ahead(b) - now)), floor_div(ledger_ttl, 2))
     if until_ms then
       w[#w + 1], w[#w + 2] = 'x', string.format('%d', until_ms)
@@ -320,7 +351,7 @@ for i = 1, #KEYS / 2 do
   end
   local retry = 0
   if remaining < 1 and moved_s == 0 then retry = math.ceil(tat - tolerance + interval - now) end
-  local r = 8 * (i - 1)
+  local r = 9 * (i - 1)
   reply[r + 1] = total
   reply[r + 2] = remaining
   reply[r + 3] = retry
@@ -329,5 +360,6 @@ for i = 1, #KEYS / 2 do
   reply[r + 6] = moved_s
   reply[r + 7] = moved_gen
   reply[r + 8] = lseq
+  reply[r + 9] = reset and 1 or 0
 end
 return reply

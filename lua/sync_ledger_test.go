@@ -197,3 +197,62 @@ func TestSyncOwedTaken(t *testing.T) {
 	}
 	redistest.CheckTTLs(t, c, p)
 }
+
+// TestSyncLimitChangeKeepsTokens checks what a key's bucket does when the
+// messages about it bring another limit: it keeps the tokens it holds,
+// cut to the new burst, and refills at the new rate from then on; a
+// raised limit unblocks a drained key within one refill of the new limit,
+// a lowered one clamps at once, and a full bucket stays full.
+func TestSyncLimitChangeKeepsTokens(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	ctx := t.Context()
+	p := redistest.Prefix(t)
+	keys := []string{p + "{c}:b", p + "{c}:a"}
+	const sec = 1_000_000 // us
+	now := int64(1_800_000_000_000_000)
+	var seq, total int64
+	send := func(rate, periodUS, burst, value int64) (remaining, retry int64) {
+		t.Helper()
+		seq++
+		msg := SyncMsg{Rate: rate, PeriodUS: periodUS, Burst: burst, Seq: seq, Epoch: 1, Base: total, Value: value, Budget: -1}
+		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", "i0", 1_000, msg.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := DecodeInts(reply, SyncReplyLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total = r[0]
+		return r[1], r[2]
+	}
+	// 10 an hour, drained: a token every 6 minutes.
+	if left, retry := send(10, 3600*sec, 10, 10); left != 0 || retry != 360*sec {
+		t.Fatalf("drained 10/h: left %d, retry %dus", left, retry)
+	}
+	now += 180 * sec // half a token refilled
+	// Raised to 1000 a second: the half token kept, then 1000 a second.
+	if left, retry := send(1000, sec, 1000, total); left != 0 || retry != 500 {
+		t.Errorf("raised to 1000/s: left %d, retry %dus; want 0 and 500us (the half token kept)", left, retry)
+	}
+	now += 10_500 // 10.5 more tokens at the new rate
+	if left, _ := send(1000, sec, 1000, total); left != 11 {
+		t.Errorf("10.5 ms later at 1000/s: left %d, want 11", left)
+	}
+	now += 2 * sec // full again
+	if left, _ := send(1000, sec, 1000, total); left != 1000 {
+		t.Errorf("2 s later: left %d, want the new burst 1000", left)
+	}
+	// Take 400, then lower to 100 a second, burst 100: 600 held, cut to 100.
+	send(1000, sec, 1000, total+400)
+	if left, _ := send(100, sec, 100, total); left != 100 {
+		t.Errorf("lowered to a burst of 100 holding 600: left %d, want 100", left)
+	}
+	// Drain it, raise the burst back: nothing more than what it held.
+	send(100, sec, 100, total+100)
+	if left, retry := send(1000, sec, 1000, total); left != 0 || retry != 1000 {
+		t.Errorf("drained, raised to 1000/s: left %d, retry %dus; want 0 and 1000us", left, retry)
+	}
+	redistest.CheckTTLs(t, c, p)
+}

@@ -16,7 +16,7 @@ import (
 const (
 	SyncHeaderArgs = 5
 	SyncKeys       = 2
-	SyncReplyLen   = 8
+	SyncReplyLen   = 9
 )
 
 // SyncMsg is one key's message in a call of Sync: the integers sync.lua

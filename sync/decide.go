@@ -256,12 +256,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 				continue
 			}
 			if *e.limit.Load() != limit {
-				if !e.denialHolds(limit) {
-					// Redis said empty under a tighter limit: under this
-					// one (more burst, a faster rate) it may hold tokens.
-					e.denyUntil.Store(0)
-				}
-				e.limit.Store(l.limits.get(limit))
+				l.relimit(e, limit)
 			}
 			return e, nil
 		}
@@ -291,6 +286,31 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			return e, nil
 		}
 	}
+}
+
+// relimit moves e to limit, which a decision brought. Redis keeps the
+// tokens the key's bucket holds under the new limit, cut to its burst
+// (sync.lua); here a denial heard under a tighter limit is dropped (under
+// this one, more burst or a faster rate, the bucket may hold tokens), and
+// under a lowered burst what e holds is dropped, not handed back: handed
+// back, it would fill the cut bucket again. So a lowered limit clamps at
+// once, the bucket's tokens all there is, rather than after the leases of
+// the old one are spent. Redis keeps counting the dropped tokens as
+// granted; Stats.Dropped counts them.
+func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
+	if !e.denialHolds(limit) {
+		e.denyUntil.Store(0)
+	}
+	l.lock(e)
+	lowered := partOf(limit, int(e.shard), int(e.shards)).Burst < partLimit(e).Burst
+	e.limit.Store(l.limits.get(limit))
+	if lowered {
+		if n := e.take(e.avail.Load()); n > 0 {
+			e.issued += n // spent by no one: granted all the same
+			l.stats.dropped.Add(uint64(n))
+		}
+	}
+	l.unlock(e)
 }
 
 // newEntry returns the entry named name of part j of key in layout at.

@@ -22,12 +22,12 @@ func waiting(t *testing.T) *hlsync.Limiter {
 	return l
 }
 
-// TestRaisedLimitHonoured: a key exhausted under "1 per hour" is
-// given "1 per hour, burst 5". Redis's bucket (the same TAT, a larger
-// tolerance) holds 4 tokens at once, and a second instance is admitted;
-// the instance that saw the old limit kept denying for the old limit's
-// retry time (an hour) from its stale denyUntil.
-func TestRaisedLimitHonoured(t *testing.T) {
+// TestRaisedLimitUnblocks: a key exhausted under 10 an hour on two
+// instances is raised to 1000 a second. Redis keeps the tokens the bucket
+// held (none) and refills at the new rate: within a second of the change
+// both instances admit again, 20 of 20, where the old limit's time until
+// full (an hour) denied every decision.
+func TestRaisedLimitUnblocks(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
@@ -41,32 +41,75 @@ func TestRaisedLimitHonoured(t *testing.T) {
 		return l
 	}
 	a, b := mk("a"), mk("b")
-	old := hybridlimit.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	raised := old.WithBurst(5)
-	if r, err := a.Allow(ctx, "k", old); err != nil || !r.Allowed {
-		t.Fatalf("first Allow = %+v, %v", r, err)
+	old, raised := hybridlimit.PerHour(10), hybridlimit.PerSecond(1000)
+	for range 10 {
+		if r, err := a.Allow(ctx, "k", old); err != nil || !r.Allowed {
+			t.Fatalf("Allow under the old limit = %+v, %v", r, err)
+		}
 	}
-	if r, err := a.Allow(ctx, "k", old); err != nil || r.Allowed {
-		t.Fatalf("second Allow under the old limit = %+v, %v; want denied", r, err)
+	if r, err := b.Allow(ctx, "k", old); err != nil || r.Allowed {
+		t.Fatalf("an 11th Allow under 10 an hour = %+v, %v; want denied", r, err)
 	}
-	// Another instance, new to the key, is admitted under the raised limit:
-	// Redis holds tokens for it.
-	if r, err := b.Allow(ctx, "k", raised); err != nil || !r.Allowed {
-		t.Fatalf("b.Allow under the raised limit = %+v, %v; want allowed", r, err)
+	changed := time.Now()
+	admitted := 0
+	for time.Since(changed) < time.Second && admitted < 20 {
+		for _, l := range []*hlsync.Limiter{a, b} {
+			r, err := l.Allow(ctx, "k", raised)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+			} else if r.RetryAfter > time.Second {
+				t.Fatalf("%s under the raised limit: denied for %v", l.InstanceID(), r.RetryAfter)
+			}
+		}
+		time.Sleep(time.Millisecond)
 	}
-	r, err := a.Allow(ctx, "k", raised)
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("raised from 10/h to 1000/s: %d admitted in %v", admitted, time.Since(changed))
+	if admitted < 20 {
+		t.Errorf("%d of 20 admitted within a second of raising the limit to 1000/s", admitted)
 	}
-	if !r.Allowed {
-		t.Errorf("a.Allow under the raised limit = allowed %v, RetryAfter %v (source %v); Redis holds 3 more tokens", r.Allowed, r.RetryAfter, r.Source)
+}
+
+// TestLoweredLimitClamps: a key full under 1000 a second, held in part
+// by two instances' leases, is lowered to 10 a second. Redis cuts the
+// bucket to the new burst and each instance what it holds to its share:
+// at once, the two admit no more than the new burst and its refill.
+func TestLoweredLimitClamps(t *testing.T) {
+	redistest.NoLeaks(t)
+	ctx := context.Background()
+	ls := newLimiters(t, 2, clients(t, false), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second))
+	high, low := hybridlimit.PerSecond(1000), hybridlimit.PerSecond(10)
+	for range 50 { // leases under the high limit
+		for _, l := range ls {
+			if r, err := l.Allow(ctx, "k", high); err != nil || !r.Allowed {
+				t.Fatalf("Allow under 1000/s = %+v, %v", r, err)
+			}
+		}
+	}
+	changed := time.Now()
+	admitted := 0
+	for range 100 {
+		for _, l := range ls {
+			if r, err := l.Allow(ctx, "k", low); err != nil {
+				t.Fatal(err)
+			} else if r.Allowed {
+				admitted++
+			}
+		}
+	}
+	took := time.Since(changed)
+	bound := 10 + int(10*took.Seconds()) + 1
+	t.Logf("lowered to 10/s: %d admitted in %v (bound %d)", admitted, took, bound)
+	if admitted > bound {
+		t.Errorf("lowered to 10/s: %d admitted in %v, want at most the new burst and its refill, %d", admitted, took, bound)
 	}
 }
 
 // TestPeekAfterLimitChange: a key emptied under 1 per hour is raised to
-// burst 5. AllowN under the raised limit drops the old limit's denial,
-// but Peek under it read that denial still: not allowed, an hour to wait,
-// nothing left, while Redis held 4.
+// burst 5, at the same rate: the bucket keeps the none it held, and Peek
+// under the new limit says what Allow then decides.
 func TestPeekAfterLimitChange(t *testing.T) {
 	redistest.NoLeaks(t)
 	ctx := context.Background()
@@ -79,17 +122,17 @@ func TestPeekAfterLimitChange(t *testing.T) {
 	if r, err := l.Allow(ctx, "k", old); err != nil || r.Allowed {
 		t.Fatalf("second Allow = %+v, %v; want denied", r, err)
 	}
-	pk, err := l.Peek(ctx, "k", raised)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r, err := l.Allow(ctx, "k", raised)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Peek(raised) = %+v; Allow(raised) = %+v", pk, r)
-	if r.Allowed && (!pk.Allowed || pk.Remaining == 0) {
-		t.Errorf("Peek under the raised limit said allowed %v, %d left, retry %v; Allow then admitted (%d left)", pk.Allowed, pk.Remaining, pk.RetryAfter, r.Remaining)
+	pk, err := l.Peek(ctx, "k", raised)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Allow(raised) = %+v; Peek(raised) = %+v", r, pk)
+	if r.Allowed || pk.Allowed || pk.Remaining != 0 {
+		t.Errorf("raised in burst only, holding none: Allow %v, Peek allowed %v with %d left; want both denied, none left", r.Allowed, pk.Allowed, pk.Remaining)
 	}
 }
 

@@ -1,12 +1,14 @@
 package sync
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	stdsync "sync"
 	"sync/atomic"
@@ -412,6 +414,61 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 			l.stats.refunded.Add(uint64(n))
 		}
 		l.unlock(e)
+	}
+	return nil
+}
+
+// Reset forgets key, as an operator does to unblock a client: the key's
+// global bucket reads as full again, and every instance forgets what it
+// holds of it and what its failure policy admitted for it at its next
+// message about the key (within a sync interval for a key in use), this
+// instance at once. For a key split into parts, the parts of the layout
+// this instance tracks the key in are reset, and of the layout the
+// configuration (WithShards) gives it under the limit it was last asked
+// with; an instance that does not track the key resets the whole key's
+// bucket only, so reset a split key from an instance that uses it. A
+// part a reshard has closed is left as it is: it names where the key went.
+// Errors: an invalid key, ErrClosed, ctx.Err(), and an error wrapping
+// hybridlimit.ErrUnavailable when Redis could not be asked (nothing is
+// forgotten then).
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	layouts := []layout{{shards: 1}}
+	home := l.table.get(key)
+	if home != nil && !home.dead.Load() {
+		layouts = append(layouts, home.layout())
+		if s, err := l.shardCount(key, *home.limit.Load()); err == nil {
+			layouts = append(layouts, layout{shards: s})
+		}
+	}
+	slices.SortFunc(layouts, func(a, b layout) int { return cmp.Or(cmp.Compare(a.shards, b.shards), cmp.Compare(a.gen, b.gen)) })
+	for _, at := range slices.Compact(layouts) {
+		for j := range at.shards {
+			bucket, allowances := l.partKeys(key, j, at)
+			if _, err := lua.SyncReset.Run(ctx, l.rdb, []string{bucket, allowances}, 0, l.ledgerTTL()); err != nil {
+				l.stats.countError(err)
+				return fmt.Errorf("sync: reset %q: %w: %w", key, hybridlimit.ErrUnavailable, err)
+			}
+		}
+	}
+	// This instance forgets at once: the next decision starts afresh.
+	if home != nil {
+		at := home.layout()
+		for j := range at.shards {
+			if j == int(home.shard) {
+				l.drop(l.table, home)
+			} else if p := l.parts.get(partName(key, j, at)); p != nil {
+				l.drop(l.parts, p)
+			}
+		}
 	}
 	return nil
 }

@@ -366,6 +366,12 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 			bound := float64(limit.Burst) + rate*(float64(w)*fleetBucket.Seconds()+2*f.Interval.Seconds()) + float64(limit.Burst)/2
 			if f.Mode == hlsync.Optimistic {
 				bound = float64(limit.Burst) + rate*float64(w)*fleetBucket.Seconds() + extra
+				if faulted(key) {
+					// Design 6.3, lost writes: allowances the faulted
+					// master granted and lost come on top, at most one
+					// pool (the bucket plus f B).
+					bound += float64(limit.Burst) + extra
+				}
 			}
 			var sum int64
 			for b := range admitted {

@@ -656,6 +656,7 @@ func (r *round) apply(now time.Time) {
 		}
 	}
 	var moved []*message
+	var reset []*entry
 	for i := range r.msgs {
 		m := &r.msgs[i]
 		e := m.e
@@ -663,7 +664,10 @@ func (r *round) apply(now time.Time) {
 		e.inflight = false
 		e.unacked = !m.ok
 		next := l.nanos(now) // no reply: say it again next tick
-		if m.ok {
+		switch {
+		case m.ok && m.reply[8] == 1:
+			reset = append(reset, e)
+		case m.ok:
 			l.applyReply(now, e, m)
 			if m.reply[5] > 0 {
 				moved = append(moved, m)
@@ -679,6 +683,12 @@ func (r *round) apply(now time.Time) {
 	for _, m := range moved {
 		// The part is closed: the key lives in the layout its marker names.
 		l.move(m.e.owner, layout{int(m.reply[5]), int(m.reply[6])}, now)
+	}
+	for _, e := range reset {
+		// The key was reset (Limiter.Reset) since this entry's ledger was
+		// written: what it holds and owes is forgotten with it, and the
+		// next decision starts afresh.
+		l.drop(l.tableOf(e), e)
 	}
 	slices.Sort(r.rejoin)
 	for _, key := range slices.Compact(r.rejoin) {

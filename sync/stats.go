@@ -16,6 +16,7 @@ type counters struct {
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
 	refunded                                                   atomic.Uint64 // tokens given back by Refund
+	dropped                                                    atomic.Uint64 // tokens held under a burst since lowered, spent by no one
 	admitted                                                   highWater     // the largest Stats.Admitted reported
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
 	errors                                                     [NumErrorClasses]atomic.Uint64
@@ -93,7 +94,9 @@ type Stats struct {
 	LastRound time.Duration // how long the last background round took
 	// Admitted is the cost admitted from allowance, all keys, since New,
 	// refunded cost included; Refunded is the cost Refund gave back.
-	Admitted, Refunded uint64
+	// Dropped is the allowance dropped unspent when a key's burst was
+	// lowered (a lowered limit clamps at once).
+	Admitted, Refunded, Dropped uint64
 	// Outstanding is the allowance held unspent now, all keys: tokens
 	// Redis counts as this instance's (Reserve) or that it may still
 	// admit before reporting (Optimistic).
@@ -140,7 +143,7 @@ type NodeStats struct {
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
 	l.retiring.RLock()
-	admitted, outstanding, split := c.evictedAdmitted.Load()+c.refunded.Load(), int64(0), int64(0)
+	admitted, outstanding, split := c.evictedAdmitted.Load()+c.refunded.Load()-c.dropped.Load(), int64(0), int64(0)
 	l.each(func(e *entry) {
 		l.lock(e)
 		held, consumed := e.snapshot()
@@ -179,6 +182,7 @@ func (l *Limiter) Stats() Stats {
 		Errors:          errs,
 		Admitted:        admitted,
 		Refunded:        c.refunded.Load(),
+		Dropped:         c.dropped.Load(),
 		Outstanding:     outstanding,
 		SinceSync:       since,
 		BreakerOpenFor:  openFor,
