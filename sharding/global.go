@@ -51,8 +51,8 @@ func (l Layout) String() string {
 //
 // In the Suffix layout a request of cost c can be admitted only by a part
 // whose burst holds c, so c may be at most the smallest part's burst. A
-// part that denied is remembered until its retry time and skipped, so a
-// key at its limit costs no Redis call until a part's retry time comes,
+// part that denied is remembered until its retry time, or for a second at
+// most, and skipped, so a key at its limit costs no Redis call meanwhile,
 // rather than one per part on every request.
 // Result.Remaining of an admitted request is what its part has left, a
 // lower bound of the key's; Peek sums all parts.
@@ -285,8 +285,8 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 // next parts in turn, so the key regains the whole cost unless every part
 // is full. A part given something is no longer skipped for a denial this
 // Global remembers; a refund made by another process does not reach this
-// memory, and a part it refilled may be skipped until the retry time its
-// last denial named.
+// memory, and a part it refilled may be skipped for as long as a denial is
+// trusted, a second at most.
 func (g *Global) Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
 	s, err := g.count(key, limit)
 	if err != nil {
