@@ -10,7 +10,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	svc, _, _ := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n", map[string]int64{}, false)
+	svc, _ := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n", map[string]int64{})
 	for range 3 {
 		if _, err := svc.ShouldRateLimit(context.Background(), request2("d", [][2]string{{"a", "x"}})); err != nil {
 			t.Fatal(err)

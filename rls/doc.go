@@ -26,10 +26,10 @@
 // descriptors that decide the request (neither shadow_mode nor quota_mode)
 // are decided first, the one with the least room first, and once one is
 // over its limit the rest are only peeked at. What was spent before that
-// is given back when the limiter has a Refund method (an interface
-// assertion, so it works as soon as the limiter has one); without it, those
-// tokens stay spent. Under SHADOW_MODE every descriptor is charged, since
-// the request goes through.
+// is given back through the limiter's Refund: the replica may spend it
+// again, and hands it back to Redis at its next round if it does not need
+// it. Under SHADOW_MODE every descriptor is charged, since the request goes
+// through.
 //
 // In fixed-window mode (HYBRIDLIMIT_MODE=fixed_window) rules are counted as
 // the reference counts them, for users who need its numbers: windows
@@ -43,13 +43,23 @@
 // # Failure
 //
 // No request waits for Redis longer than HYBRIDLIMIT_MAX_WAIT (10ms by
-// default) plus a 2ms backstop: 12ms, inside the 20ms after which Envoy's
-// filter gives up. A decision that waited that long in vain is decided by
-// the failure policy (HYBRIDLIMIT_FAILURE_POLICY): fallback-local (hybrid
-// mode's default: each replica enforces its share of the limit, the limit
-// divided by the replicas last seen alive), fail-open, fail-closed, or
-// error (fixed-window mode's default), a gRPC UNAVAILABLE for Envoy's
-// failure_mode_deny to decide.
+// default), inside the 20ms after which Envoy's filter gives up: in hybrid
+// mode the limiter bounds its fetches by it, in fixed-window mode a
+// deadline bounds the Redis calls. When Redis cannot be asked for a key
+// (hybrid mode: the breaker of the key's node is open, or its fetch failed
+// or ran out of time unanswered), the failure policy
+// (HYBRIDLIMIT_FAILURE_POLICY) decides: fallback-local (hybrid mode's
+// default, the limiter's own FallbackLocal: each replica enforces its share
+// of the limit, starting from what it last heard of the key, and Redis
+// takes what the share admitted once the node answers), fail-open,
+// fail-closed, or error (fixed-window mode's default: a gRPC UNAVAILABLE
+// for Envoy's failure_mode_deny to decide; in hybrid mode the limiter
+// fails closed and the service answers those denials UNAVAILABLE).
+//
+// The health check fails until Redis has answered once, and while it does
+// not answer under the policy error or REDIS_HEALTH_CHECK_ACTIVE_CONNECTION;
+// in hybrid mode the check is the limiter's Ping, a write to every master
+// that serves its keys.
 //
 // # Files
 //

@@ -40,6 +40,7 @@ type fixedBackend struct {
 	stopWhenOver    bool  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
 	nearRatio       float32
 	policy          Policy
+	maxWait         time.Duration // bounds each request's Redis calls
 	now             func() time.Time
 	fallbacks       *atomic.Uint64
 }
@@ -56,6 +57,8 @@ type window struct {
 }
 
 func (f *fixedBackend) decide(ctx context.Context, items []*item, _ bool) error {
+	ctx, cancel := context.WithTimeout(ctx, f.maxWait)
+	defer cancel()
 	now := f.now().Unix()
 	ws := make([]*window, len(items))
 	for i, it := range items {

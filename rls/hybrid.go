@@ -15,38 +15,29 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/local"
-	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // Decider is the part of the hybrid limiter (package sync) the default
-// mode uses: *hlsync.Limiter satisfies it.
+// mode uses: *hlsync.Limiter satisfies it. Refund gives back what a
+// request that did not go ahead spent.
 type Decider interface {
 	AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
 	Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error)
-}
-
-// refunder is a limiter that can give back tokens a decision took. The
-// service uses it, when the limiter has it, for the descriptors of a
-// request that another descriptor denied.
-type refunder interface {
 	Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error
 }
 
 // hybridBackend serves every rule as a token bucket of requests_per_unit
-// per unit, burst requests_per_unit, on the hybrid limiter.
+// per unit, burst requests_per_unit, on the hybrid limiter. The limiter
+// bounds each decision's wait for Redis by its max wait and, when Redis
+// cannot be asked, decides by its failure policy (Result.Source says so):
+// the policy error is the limiter's fail-closed, its denials answered
+// UNAVAILABLE.
 type hybridBackend struct {
 	main, perSecond Decider
 	policy          Policy
-	maxWait         time.Duration
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
-	// fallback holds the replica's shares of keys whose decisions the
-	// policy fallback-local makes here (see policyResult); live is the
-	// replica count it divides by.
-	fallback *local.Table
-	live     atomic.Int64
 }
 
 // store is one hybrid limiter the backend owns: closed and pinged with it.
@@ -54,8 +45,6 @@ type store struct {
 	ping  func(context.Context) error
 	close func(context.Context) error
 }
-
-var errCannotRefund = errors.New("rls: the limiter has no Refund method: the other descriptors of a denied request stay charged")
 
 func (h *hybridBackend) decider(r *Rule) Decider {
 	if r.Unit == rlspb.RateLimitResponse_RateLimit_SECOND && h.perSecond != nil {
@@ -138,15 +127,14 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 	case !ok && it.hits == 0: // requests_per_unit 0: a check is all that passes
 		it.status = newStatus(r, rlspb.RateLimitResponse_OK, 0, 0)
 		return nil
+	case ok && it.negative:
+		return h.giveBack(ctx, h.decider(r), it, lim)
 	case !ok || it.hits > uint64(lim.Burst):
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
 		return nil
 	}
 	d := h.decider(r)
-	if it.negative {
-		return h.giveBack(ctx, d, it, lim)
-	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
 		if err != nil {
@@ -161,27 +149,15 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 		h.deny(it, max(p.RetryAfter, time.Second), rpu, near)
 		return nil
 	}
-	t0 := time.Now()
 	res, err := d.AllowN(ctx, h.key(it), lim, int64(it.hits))
-	timedOut := false
 	switch {
-	case err != nil && ctx.Err() == nil:
-		return fmt.Errorf("rls: %w", err)
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err() // the caller gave up
 	case err != nil:
-		// The wait for the store outlasted the service's own bound.
-		timedOut = true
-	case !res.Allowed && res.Source == hybridlimit.SourceLocal && time.Since(t0) >= h.maxWait:
-		// Denied after waiting the whole max wait for a reply that did
-		// not come: the store did not answer, it did not say the bucket
-		// is empty. The failure policy decides, as when Redis is down.
-		timedOut = true
-	}
-	if timedOut {
-		res = h.policyResult(h.key(it), lim, int64(it.hits))
-	}
-	if timedOut || res.Source == hybridlimit.SourceFallback {
+		return fmt.Errorf("rls: %w", err)
+	case res.Source == hybridlimit.SourceFallback:
 		h.fallbacks.Add(1)
-		if h.policy == PolicyError {
+		if h.policy == PolicyError && !res.Allowed {
 			return fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
@@ -197,15 +173,12 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 }
 
 // giveBack answers a descriptor with is_negative_hits: its hits go back
-// into the bucket (never past full), and the status says what is left.
+// into the bucket, as far as this replica's limiter admitted them for the
+// key (Refund), and the status says what is left.
 func (h *hybridBackend) giveBack(ctx context.Context, d Decider, it *item, lim hybridlimit.Limit) error {
-	rf, ok := d.(refunder)
-	if !ok {
-		return fmt.Errorf("rls: %w", errNegativeHits)
-	}
 	if it.hits > 0 {
-		if err := rf.Refund(ctx, h.key(it), lim, int64(min(it.hits, uint64(lim.Burst)))); err != nil {
-			return fmt.Errorf("%w: refund: %v", ErrUnavailable, err)
+		if err := d.Refund(ctx, h.key(it), lim, int64(min(it.hits, uint64(lim.Burst)))); err != nil {
+			return fmt.Errorf("rls: refund: %w", err)
 		}
 	}
 	p, err := d.Peek(ctx, h.key(it), lim)
@@ -227,54 +200,6 @@ func (h *hybridBackend) deny(it *item, retry time.Duration, rpu, near uint64) {
 	it.stats.count(true, it.shadow(), rpu, rpu+it.hits, it.hits, rpu, near)
 }
 
-// policyResult is what the failure policy answers for a decision that
-// waited for the store in vain: fail-open admits, fail-closed and error
-// deny (error then answers UNAVAILABLE), and fallback-local enforces this
-// replica's share of the limit, as the limiter itself does once its
-// breaker is open.
-func (h *hybridBackend) policyResult(key string, lim hybridlimit.Limit, cost int64) hybridlimit.Result {
-	deny := hybridlimit.Result{Limit: lim, Source: hybridlimit.SourceFallback, RetryAfter: time.Second}
-	switch h.policy {
-	case PolicyFailOpen:
-		return hybridlimit.Result{Limit: lim, Allowed: true, Source: hybridlimit.SourceFallback}
-	case PolicyFallbackLocal:
-		if h.fallback == nil {
-			return deny
-		}
-		sh := share(lim, h.live.Load())
-		if cost > sh.Burst {
-			return deny
-		}
-		r, err := h.fallback.AllowN(key, time.Now(), sh, cost)
-		if err != nil {
-			return deny
-		}
-		r.Limit, r.Source = lim, hybridlimit.SourceFallback
-		return r
-	}
-	return deny
-}
-
-// share is this replica's part of lim among live replicas: the rate and
-// the burst divided, each at least 1, so that the replicas deciding alone
-// admit about the limit together.
-func share(lim hybridlimit.Limit, live int64) hybridlimit.Limit {
-	n := max(live, 1)
-	return hybridlimit.Limit{Rate: max(lim.Rate/n, 1), Period: lim.Period, Burst: max(lim.Burst/n, 1)}
-}
-
-// statser is a limiter that reports its counters: *hlsync.Limiter.
-type statser interface{ Stats() hlsync.Stats }
-
-// observe reads how many replicas the limiter last saw alive, for share.
-// The health loop calls it every second: Stats walks every tracked key, too
-// slow for the request path.
-func (h *hybridBackend) observe() {
-	if st, ok := h.main.(statser); ok {
-		h.live.Store(st.Stats().LiveInstances)
-	}
-}
-
 func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, error) {
 	var given uint64
 	var errs []error
@@ -282,12 +207,8 @@ func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, erro
 		if it.spent <= 0 {
 			continue
 		}
-		rf, ok := h.decider(it.rule).(refunder)
-		if !ok {
-			return given, nil // said once at start-up: see canRefund
-		}
 		lim, _ := it.rule.limit()
-		if err := rf.Refund(ctx, h.key(it), lim, it.spent); err != nil {
+		if err := h.decider(it.rule).Refund(ctx, h.key(it), lim, it.spent); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -296,16 +217,6 @@ func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, erro
 		it.spent = 0
 	}
 	return given, errors.Join(errs...)
-}
-
-// canRefund reports whether the limiters can give tokens back.
-func (h *hybridBackend) canRefund() error {
-	for _, d := range []Decider{h.main, h.perSecond} {
-		if _, ok := d.(refunder); d != nil && !ok {
-			return errCannotRefund
-		}
-	}
-	return nil
 }
 
 func (h *hybridBackend) ping(ctx context.Context) error {

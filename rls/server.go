@@ -26,7 +26,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/metrics"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -69,7 +68,7 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 		opt: serviceOptions{
 			globalShadow: set.GlobalShadow, globalQuota: set.GlobalQuota, headers: set.Headers,
 			limitHeader: set.LimitHeader, remainHeader: set.RemainingHeader, resetHeader: set.ResetHeader,
-			nearRatio: set.NearLimitRatio, maxWait: set.MaxWait,
+			nearRatio: set.NearLimitRatio,
 		},
 	}
 	tlsConf, err := redisTLS(set)
@@ -94,16 +93,13 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 		svc.backend = &fixedBackend{
 			main: main, perSecond: perSecond, prefix: set.CacheKeyPrefix,
 			jitter: int64(set.ExpirationJitter / time.Second), stopWhenOver: set.StopIncrementWhenOver,
-			nearRatio: set.NearLimitRatio, policy: set.Policy, now: time.Now, fallbacks: &svc.c.failurePolicy,
+			nearRatio: set.NearLimitRatio, policy: set.Policy, maxWait: set.MaxWait, now: time.Now, fallbacks: &svc.c.failurePolicy,
 		}
 	default:
 		h, err := s.hybrid(main, perSecond, &svc.c.failurePolicy)
 		if err != nil {
 			s.closeClients()
 			return nil, err
-		}
-		if err := h.canRefund(); err != nil {
-			log.Warn(err.Error())
 		}
 		svc.backend = h
 	}
@@ -112,26 +108,25 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// limiterPolicy is the limiter's failure policy for each of the
+// service's: under error the limiter denies, and the service answers its
+// denials UNAVAILABLE (hybridBackend).
+var limiterPolicy = map[Policy]hlsync.FailurePolicy{
+	PolicyFallbackLocal: hlsync.FallbackLocal, PolicyFailOpen: hlsync.FailOpen,
+	PolicyFailClosed: hlsync.FailClosed, PolicyError: hlsync.FailClosed,
+}
+
 // hybrid builds the hybrid backend: one limiter per Redis.
 func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic.Uint64) (*hybridBackend, error) {
-	fb, err := local.NewTable(local.WithMaxKeys(1 << 16))
-	if err != nil {
-		return nil, fmt.Errorf("rls: %w", err)
-	}
-	h := &hybridBackend{policy: s.set.Policy, maxWait: s.set.MaxWait, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks, fallback: fb}
-	h.live.Store(1)
+	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks}
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
-		policy := map[Policy]hlsync.FailurePolicy{
-			PolicyFallbackLocal: hlsync.FallbackLocal, PolicyFailOpen: hlsync.FailOpen,
-			PolicyFailClosed: hlsync.FailClosed, PolicyError: hlsync.FailClosed,
-		}[s.set.Policy]
 		mode := hlsync.Reserve
 		if s.set.Optimistic {
 			mode = hlsync.Optimistic
 		}
 		opts := []hlsync.Option{
 			hlsync.WithMode(mode), hlsync.WithSyncInterval(s.set.SyncInterval, 0.1),
-			hlsync.WithMaxWait(s.set.MaxWait), hlsync.WithFailurePolicy(policy),
+			hlsync.WithMaxWait(s.set.MaxWait), hlsync.WithFailurePolicy(limiterPolicy[s.set.Policy]),
 			hlsync.WithPrefix(s.set.CacheKeyPrefix + "hl:"), hlsync.WithLogger(s.log),
 		}
 		if s.set.InstanceID != "" {
@@ -148,7 +143,7 @@ func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic
 		if err := s.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
-		h.stores = append(h.stores, store{ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, close: l.Close})
+		h.stores = append(h.stores, store{ping: l.Ping, close: l.Close})
 		return l, nil
 	}
 	l, err := build(main, "main")
@@ -338,9 +333,6 @@ func (s *Server) healthLoop(ctx context.Context) {
 	for {
 		s.pingRedis(ctx)
 		s.updateHealth()
-		if h, ok := s.svc.backend.(*hybridBackend); ok {
-			h.observe()
-		}
 		select {
 		case <-ctx.Done():
 			return

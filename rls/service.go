@@ -27,19 +27,13 @@ var (
 	ErrUnavailable = errors.New("rls: the rate limit store could not be asked")
 )
 
-// backstop is how long past the max wait the service's own deadline on a
-// request's store calls falls: the limiter's max wait answers first, this
-// catches a call stuck past it. The bound on a request's wait for Redis is
-// the max wait plus the backstop.
-const backstop = 2 * time.Millisecond
-
 // maxHits bounds a descriptor's hits_addend: counts stay exact in the
 // doubles of Redis Lua.
 const maxHits = 1 << 53
 
 // errNegativeHits is returned for a descriptor with is_negative_hits that
 // the mode cannot honour.
-var errNegativeHits = errors.New("is_negative_hits needs the hybrid mode and a limiter that can refund")
+var errNegativeHits = errors.New("is_negative_hits needs the hybrid mode")
 
 // item is one descriptor of a request on its way through a decision.
 type item struct {
@@ -99,7 +93,6 @@ type serviceOptions struct {
 	remainHeader string
 	resetHeader  string
 	nearRatio    float32
-	maxWait      time.Duration
 }
 
 // SetConfig makes c the config every later request reads, and counts a
@@ -164,10 +157,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		}
 	}
 	if len(limited) > 0 {
-		dctx, cancel := context.WithTimeout(ctx, s.opt.maxWait+backstop)
-		err := s.backend.decide(dctx, limited, s.opt.globalShadow)
-		cancel()
-		if err != nil {
+		if err := s.backend.decide(ctx, limited, s.opt.globalShadow); err != nil {
 			return nil, err
 		}
 	}

@@ -36,14 +36,17 @@ type Policy int
 
 const (
 	// PolicyFallbackLocal enforces on each replica its share of each limit
-	// (the limit divided by the live replicas last seen). Hybrid mode only.
+	// among the live replicas last seen, starting from what the replica
+	// last heard of the key; Redis takes what it admitted once it answers
+	// (the hybrid limiter's FallbackLocal). Hybrid mode only.
 	PolicyFallbackLocal Policy = iota
 	// PolicyFailOpen admits.
 	PolicyFailOpen
 	// PolicyFailClosed denies.
 	PolicyFailClosed
 	// PolicyError answers the call with gRPC UNAVAILABLE, for Envoy's
-	// failure_mode_deny to decide.
+	// failure_mode_deny to decide (in hybrid mode: the denials of the
+	// limiter's FailClosed).
 	PolicyError
 )
 

@@ -290,6 +290,34 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 	}
 }
 
+// TestRefundAcrossReplicas: in the default mode, what a request denied by
+// one descriptor spent on another goes back to the bucket in Redis. Replica
+// b empties key2's bucket; replica a, which has not seen it, spends on
+// path first (the less room by its view), then Redis denies key2, and a
+// gives path's token back. Once a has handed its allowance back (at exit),
+// b finds path's bucket as if the denied request never came.
+func TestRefundAcrossReplicas(t *testing.T) {
+	e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}))
+	a, b := start(t, rlsBinary(t), e), start(t, rlsBinary(t), e)
+	for i := range 5 {
+		if r := b.mustCall(request("basic", 0, entries("key2", strconv.Itoa(i)))); r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("key2 call %d on replica b: %v", i, r)
+		}
+	}
+	r := a.mustCall(request("basic", 0, entries("path", "/api/refund"), entries("key2", "z")))
+	if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlspb.RateLimitResponse_OK ||
+		r.Statuses[0].LimitRemaining != 3 || r.Statuses[1].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("path and key2 on replica a: %v, want key2 over and path given back (3 remaining)", r)
+	}
+	if n := a.metric("hybridlimit_rls_refunded_hits"); n != 1 {
+		t.Fatalf("replica a refunded %v hits, want 1", n)
+	}
+	a.stop()
+	if r := b.mustCall(request("basic", 0, entries("path", "/api/refund"))); r.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("path on replica b after a's refund: %v, want 2 remaining (3 less this call)", r)
+	}
+}
+
 // TestHeaders: LIMIT_RESPONSE_HEADERS_ENABLED adds the headers of the
 // descriptor with the least room, under the names configured.
 func TestHeaders(t *testing.T) {
@@ -383,9 +411,12 @@ func TestReload(t *testing.T) {
 }
 
 // TestRedisStopped: with Redis stopped (SIGSTOP), then killed, every call
-// is answered within the failure bound by the failure policy; the default
-// policy keeps the service healthy, the policy "error" answers UNAVAILABLE
-// and fails the health check.
+// is answered within the failure bound by the failure policy: the default
+// fallback-local admits each replica's share of a limit (a full one for a
+// key this one never heard of, what it last heard of for the others), and
+// once Redis is back it takes what the share admitted, so that another
+// replica sees it spent; the policy "error" answers UNAVAILABLE and fails
+// the health check until Redis answers again.
 func TestRedisStopped(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, policy := range []string{"fallback-local", "error"} {
@@ -394,50 +425,82 @@ func TestRedisStopped(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy,
 				"HYBRIDLIMIT_MAX_WAIT", "10ms")
 			p := start(t, rlsBinary(t), e)
-			p.mustCall(request("basic", 0, entries("key1", "warm")))
-			worst := time.Duration(0)
-			probe := func(phase string, n int) {
-				t.Helper()
-				sawErr := false
-				for i := range n {
-					t0 := time.Now()
-					r, err := p.call(request("basic", 0, entries("key1", phase+strconv.Itoa(i))))
-					d := time.Since(t0)
-					worst = max(worst, d)
-					// The stated bound is HYBRIDLIMIT_MAX_WAIT + 2 ms (12 ms)
-					// plus the call's own work; the test allows for a
-					// machine loaded by other tests, and reports the worst.
-					if d > 500*time.Millisecond {
-						t.Fatalf("%s: a call took %v with Redis down", phase, d)
-					}
-					switch {
-					case err != nil && policy == "error" && status.Code(err) == codes.Unavailable:
-						sawErr = true
-					case err != nil:
-						t.Fatalf("%s: %v", phase, err)
-					case r.Statuses[0].CurrentLimit == nil:
-						t.Fatalf("%s: %v", phase, r)
-					}
-					time.Sleep(5 * time.Millisecond)
+			// A limit of 20 an hour (a token every 3 minutes, so none
+			// refills during the test), 5 spent while Redis answers.
+			paid := request("basic", 0, entries("key1", "paid"))
+			paid.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 20, Unit: typepb.RateLimitUnit_HOUR}
+			for i := 1; i <= 5; i++ {
+				if r := p.mustCall(paid); r.Statuses[0].LimitRemaining != uint32(20-i) {
+					t.Fatalf("call %d with Redis up: %v", i, r)
 				}
-				if policy == "error" && !sawErr {
-					t.Fatalf("%s: no call answered UNAVAILABLE under the policy error", phase)
+			}
+			worst := time.Duration(0)
+			// answered checks one call made with Redis down: within the
+			// bound, and answered by the policy.
+			answered := func(phase string, req *rlspb.RateLimitRequest, remaining uint32) {
+				t.Helper()
+				t0 := time.Now()
+				r, err := p.call(req)
+				d := time.Since(t0)
+				worst = max(worst, d)
+				// The stated bound is HYBRIDLIMIT_MAX_WAIT (10 ms) of waiting
+				// plus the call's own work; the test allows for a machine
+				// loaded by other tests, and reports the worst.
+				if d > 500*time.Millisecond {
+					t.Fatalf("%s: a call took %v with Redis down", phase, d)
+				}
+				switch {
+				case policy == "error" && status.Code(err) != codes.Unavailable:
+					t.Fatalf("%s: %v %v, want UNAVAILABLE", phase, r, err)
+				case policy == "error":
+				case err != nil:
+					t.Fatalf("%s: %v", phase, err)
+				case r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != remaining:
+					t.Fatalf("%s: %v, want OK with %d remaining", phase, r, remaining)
+				}
+			}
+			probe := func(phase string) {
+				t.Helper()
+				for i := range 100 {
+					// A key this replica never heard of: a full share.
+					answered(phase, request("basic", 0, entries("key1", phase+strconv.Itoa(i))), 19)
+					time.Sleep(5 * time.Millisecond)
 				}
 			}
 			if err := srv.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			probe("stopped", 100)
+			probe("stopped")
+			for i := 1; i <= 5; i++ {
+				answered("stopped, a key known", paid, uint32(15-i))
+			}
+			if n := p.metric("hybridlimit_rls_failure_policy_decisions"); n < 105 {
+				t.Fatalf("the failure policy decided %v descriptors, want the 105 made with Redis stopped", n)
+			}
 			health := 200
 			if policy == "error" {
 				health = 500
 			}
 			waitFor(t, "the health check to follow Redis", func() bool { code, _ := p.get(p.httpURL + "/healthcheck"); return code == health })
+			owed := p.metric("hybridlimit_sync_owed_cost")
 			if err := srv.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
+			waitFor(t, "the health check once Redis is back", func() bool { code, _ := p.get(p.httpURL + "/healthcheck"); return code == 200 })
+			if policy == "fallback-local" {
+				// What the share admitted (the 100 new keys' and the known
+				// key's 5), Redis takes once it answers.
+				if owed < 105 {
+					t.Fatalf("owed %v with Redis stopped, want the 105 the share admitted", owed)
+				}
+				waitFor(t, "Redis to take what the share admitted", func() bool { return p.metric("hybridlimit_sync_owed_cost") == 0 })
+				q := start(t, rlsBinary(t), e)
+				if r := q.mustCall(paid); r.Statuses[0].LimitRemaining != 9 {
+					t.Fatalf("another replica after Redis came back: %v, want 9 remaining (20 less 5 admitted by Redis, 5 by the share, 1 now)", r)
+				}
+			}
 			srv.Stop()
-			probe("killed", 100)
+			probe("killed")
 			t.Logf("worst call with Redis stopped or killed: %v", worst)
 		})
 	}

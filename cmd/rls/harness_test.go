@@ -251,6 +251,26 @@ func (p *proc) stat(name string) int64 {
 	return 0
 }
 
+// metric returns the sum of a metric's series on the debug port's
+// /metrics, 0 when it has none.
+func (p *proc) metric(name string) float64 {
+	p.t.Helper()
+	_, body := p.get(p.debugURL + "/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			p.t.Fatalf("/metrics: %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
 // waitFor polls cond every 20ms for up to 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
