@@ -44,14 +44,18 @@ descriptors:
 type loadResult struct {
 	name             string
 	requests, errors int
+	coldRequests     int
 	coldDenied       int // cold requests refused: none is over its limit
 	seconds          float64
 	p50, p99         time.Duration
 	commands         int64 // Redis commands executed, a script's own calls included
 	scripts          int64 // of which script calls (EVALSHA, EVAL)
 	plain            int64 // commands no script issues (GET, SCRIPT LOAD, ...)
-	worstWindow      int   // the most hot admissions in any 1 s window
-	worstSaturated   int   // the same from 2 s into the run, once the bucket is drained
+	byCommand        map[string]int64
+	redisCPU         float64 // seconds of CPU the Redis server used, user and system
+	messages         float64 // hybrid mode: key messages the limiter sent (hybridlimit_sync_key_messages_total)
+	worstWindow      int     // the most hot admissions in any 1 s window
+	worstSaturated   int     // the same from 2 s into the run, once the bucket is drained
 }
 
 // TestSideBySide loads the reference and this service in turn on one
@@ -83,13 +87,14 @@ func TestSideBySide(t *testing.T) {
 		return e
 	}
 	runs := []struct {
-		name string
-		bin  string
-		env  map[string]string
+		name   string
+		bin    string
+		env    map[string]string
+		hybrid bool
 	}{
-		{"reference (envoyproxy/ratelimit)", referenceBinary(t), with("CACHE_KEY_PREFIX", "ref:")},
-		{"hybridlimit rls, default (hybrid)", rlsBinary(t), with("CACHE_KEY_PREFIX", "hl:")},
-		{"hybridlimit rls, fixed_window", rlsBinary(t), with("CACHE_KEY_PREFIX", "fw:", "HYBRIDLIMIT_MODE", "fixed_window")},
+		{"reference (envoyproxy/ratelimit)", referenceBinary(t), with("CACHE_KEY_PREFIX", "ref:"), false},
+		{"hybridlimit rls, default (hybrid)", rlsBinary(t), with("CACHE_KEY_PREFIX", "hl:"), true},
+		{"hybridlimit rls, fixed_window", rlsBinary(t), with("CACHE_KEY_PREFIX", "fw:", "HYBRIDLIMIT_MODE", "fixed_window"), false},
 	}
 	var results []loadResult
 	for _, run := range runs {
@@ -98,9 +103,17 @@ func TestSideBySide(t *testing.T) {
 		if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
+		cpu0, messages0 := redisCPU(t, rdb), 0.0
+		if run.hybrid {
+			messages0 = p.metric("hybridlimit_sync_key_messages_total")
+		}
 		r := load(t, p, *sbDuration)
 		r.name = run.name
-		r.commands, r.scripts, r.plain = commandCounts(t, rdb)
+		r.commands, r.scripts, r.plain, r.byCommand = commandCounts(t, rdb)
+		r.redisCPU = redisCPU(t, rdb) - cpu0
+		if run.hybrid {
+			r.messages = p.metric("hybridlimit_sync_key_messages_total") - messages0
+		}
 		p.stop()
 		results = append(results, r)
 		t.Logf("%+v", r)
@@ -128,6 +141,7 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 		hotTimes []time.Time
 		errs     int
 		coldNo   int
+		coldN    int
 		wg       sync.WaitGroup
 	)
 	startAt := time.Now()
@@ -145,12 +159,13 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 			client := rlspb.NewRateLimitServiceClient(conn)
 			var myLat []time.Duration
 			var myHot []time.Time
-			myErrs, myColdNo := 0, 0
+			myErrs, myCold, myColdNo := 0, 0, 0
 			for i := 0; time.Now().Before(end); i++ {
 				req := request("bench", 0, entries("hot", "h"))
 				hot := i%2 == 0
 				if !hot {
 					req = request("bench", 0, entries("cold", strconv.Itoa((i*clients+c)%cold)))
+					myCold++
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				t0 := time.Now()
@@ -172,6 +187,7 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 			hotTimes = append(hotTimes, myHot...)
 			errs += myErrs
 			coldNo += myColdNo
+			coldN += myCold
 			mu.Unlock()
 		}()
 	}
@@ -195,17 +211,18 @@ func load(t *testing.T, p *proc, d time.Duration) loadResult {
 		}
 		return lat[min(len(lat)-1, int(f*float64(len(lat))))]
 	}
-	return loadResult{requests: len(lat), errors: errs, coldDenied: coldNo, seconds: elapsed, p50: q(0.5), p99: q(0.99), worstWindow: worst, worstSaturated: saturated}
+	return loadResult{requests: len(lat), errors: errs, coldRequests: coldN, coldDenied: coldNo, seconds: elapsed, p50: q(0.5), p99: q(0.99), worstWindow: worst, worstSaturated: saturated}
 }
 
 // commandCounts reads INFO commandstats: every command executed (a
 // script's calls included) but the benchmark's own INFO and CONFIG and the
 // health checks' PING, and the script calls among them.
-func commandCounts(t *testing.T, rdb *redis.Client) (all, scripts, plain int64) {
+func commandCounts(t *testing.T, rdb *redis.Client) (all, scripts, plain int64, byCommand map[string]int64) {
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	byCommand = map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
 		if !ok {
@@ -217,6 +234,7 @@ func commandCounts(t *testing.T, rdb *redis.Client) (all, scripts, plain int64) 
 			continue
 		}
 		all += n
+		byCommand[name] = n
 		switch {
 		case strings.HasPrefix(name, "eval"):
 			scripts += n
@@ -224,7 +242,28 @@ func commandCounts(t *testing.T, rdb *redis.Client) (all, scripts, plain int64) 
 			plain += n
 		}
 	}
-	return all, scripts, plain
+	return all, scripts, plain, byCommand
+}
+
+// redisCPU reads the CPU time the Redis server has used, user and system,
+// in seconds (INFO cpu).
+func redisCPU(t *testing.T, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("INFO cpu: %q: %v", line, err)
+			}
+			sum += f
+		}
+	}
+	return sum
 }
 
 func report(rs []loadResult, srv *redistest.Server) string {
@@ -242,13 +281,14 @@ func report(rs []loadResult, srv *redistest.Server) string {
 	fmt.Fprintf(&b, "Measured %s by `make rls-bench` on %d CPUs (%s), %s, %s; each service alone for %v on one loopback Redis, "+
 		"8 gRPC clients, each request one descriptor: every other one the hot rule (1000/s, saturated), the others 1,000 cold values (100/s each).\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpu, strings.TrimSpace(strings.SplitN(string(ver), " sha=", 2)[0]), runtime.Version(), *sbDuration)
-	b.WriteString("| service | requests/s | p50 | p99 | Redis commands sent / request | Redis commands executed / request | hot rule: most admitted in 1 s, whole run | the same, from 2 s on | cold requests denied | errors |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| service | requests/s | p50 | p99 | Redis commands sent / request | Redis commands executed / request | Redis CPU / request | hot rule: most admitted in 1 s, whole run | the same, from 2 s on | cold requests denied | errors |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		rps := float64(r.requests) / r.seconds
-		fmt.Fprintf(&b, "| %s | %.0f | %v | %v | %.4f | %.4f | %d (%.2fx) | %d (%.2fx) | %d | %d |\n", r.name, rps,
+		fmt.Fprintf(&b, "| %s | %.0f | %v | %v | %.4f | %.4f | %.2fµs | %d (%.2fx) | %d (%.2fx) | %d | %d |\n", r.name, rps,
 			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond),
 			float64(r.sent())/float64(max(r.requests, 1)), float64(r.commands)/float64(max(r.requests, 1)),
+			r.redisCPU*1e6/float64(max(r.requests, 1)),
 			r.worstWindow, float64(r.worstWindow)/1000, r.worstSaturated, float64(r.worstSaturated)/1000, r.coldDenied, r.errors)
 	}
 	if len(rs) >= 2 {
@@ -259,8 +299,41 @@ func report(rs []loadResult, srv *redistest.Server) string {
 			(float64(hl.requests)/hl.seconds)/(float64(ref.requests)/ref.seconds), hl.p99.Round(10*time.Microsecond), ref.p99.Round(10*time.Microsecond),
 			per(hl, hl.sent()), per(ref, ref.sent()), per(ref, ref.sent())/max(per(hl, hl.sent()), 1e-9),
 			per(hl, hl.commands), per(ref, ref.commands), per(ref, ref.commands)/max(per(hl, hl.commands), 1e-9))
+		fmt.Fprintf(&b, "Redis CPU a request %.2fµs against %.2fµs (1/%.0f).\n",
+			hl.redisCPU*1e6/float64(max(hl.requests, 1)), ref.redisCPU*1e6/float64(max(ref.requests, 1)),
+			(ref.redisCPU/float64(max(ref.requests, 1)))/max(hl.redisCPU/float64(max(hl.requests, 1)), 1e-12))
+		b.WriteString(costs(hl))
 	}
 	return b.String()
+}
+
+// costs says where the default mode's executed commands go: key messages
+// (nearly all the cold keys', the hot key sending at most one a round),
+// and the commands each executes.
+func costs(r loadResult) string {
+	if r.messages <= 0 {
+		return ""
+	}
+	const cold, coldLimit = 1000, 100 // benchYAML's
+	var names []string
+	for n := range r.byCommand {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(r.byCommand[b] - r.byCommand[a]) })
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.4f", strings.ToUpper(n), float64(r.byCommand[n])/float64(max(r.requests, 1))))
+	}
+	inScripts := r.commands - r.scripts - r.plain // the presence records' few among them
+	perKey := float64(r.coldRequests) / r.seconds / cold
+	return fmt.Sprintf("\nWhere the default mode's executed commands go: %.0f key messages a second (%.4f a request), "+
+		"nearly all for the cold keys: each cold key, asked %.1f times a second (%.0f%% of its limit), sent a message every %.2f s; "+
+		"a script call carried %.1f messages on average and executed %.2f commands a message (TIME once a call besides). "+
+		"Executed commands a request, by name: %s.\n",
+		r.messages/r.seconds, r.messages/float64(max(r.requests, 1)),
+		perKey, perKey/coldLimit*100,
+		cold*r.seconds/r.messages, r.messages/float64(max(r.scripts, 1)),
+		float64(inScripts-r.byCommand["time"])/r.messages, strings.Join(parts, ", "))
 }
 
 const (
