@@ -534,6 +534,63 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestClusterMasterStopped: with one master of the cluster stopped, only
+// the keys it serves go to the failure policy (error here: UNAVAILABLE);
+// the keys of the other masters keep Redis's exact answers. The master is
+// stopped for well under the cluster's node timeout, so no replica takes
+// over and the cluster is as before for the tests after this one.
+func TestClusterMasterStopped(t *testing.T) {
+	c := redistest.ClusterOf(t)
+	e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_TYPE", "cluster",
+		"REDIS_URL", strings.Join(c.Addrs(), ","), "HYBRIDLIMIT_FAILURE_POLICY", "error")
+	p := start(t, rlsBinary(t), e)
+	const keys = 30
+	for i := range keys {
+		if r := p.mustCall(request("basic", 0, entries("key1", strconv.Itoa(i)))); r.Statuses[0].LimitRemaining != 19 {
+			t.Fatalf("key %d with every master up: %v", i, r)
+		}
+	}
+	master, _ := c.SlotOwner(t, 0)
+	if err := master.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = master.Signal(syscall.SIGCONT)
+			t.Logf("master stopped for %v", time.Since(stopped))
+		}
+	}
+	defer resume()
+	var answered []int
+	unavailable := 0
+	for i := range keys {
+		r, err := p.call(request("basic", 0, entries("key1", strconv.Itoa(i))))
+		switch {
+		case status.Code(err) == codes.Unavailable:
+			unavailable++
+		case err != nil:
+			t.Fatalf("key %d with a master stopped: %v", i, err)
+		case r.Statuses[0].LimitRemaining != 18:
+			t.Fatalf("key %d with a master stopped: %v, want Redis's 18 remaining or UNAVAILABLE", i, r)
+		default:
+			answered = append(answered, i)
+		}
+	}
+	for _, i := range answered {
+		if r := p.mustCall(request("basic", 0, entries("key1", strconv.Itoa(i)))); r.Statuses[0].LimitRemaining != 17 {
+			t.Fatalf("key %d on a master that answers: %v, want 17 remaining", i, r)
+		}
+	}
+	resume()
+	if unavailable == 0 || len(answered) == 0 {
+		t.Fatalf("with one of 3 masters stopped, %d of %d keys answered by Redis, %d UNAVAILABLE: want some of each", len(answered), keys, unavailable)
+	}
+	t.Logf("%d of %d keys answered by Redis, %d by the policy", len(answered), keys, unavailable)
+}
+
 // TestEmbeddedRedis: -embedded-redis serves alone, and refuses to start
 // beside REDIS_URL.
 func TestEmbeddedRedis(t *testing.T) {

@@ -327,12 +327,12 @@ func costs(r loadResult) string {
 	inScripts := r.commands - r.scripts - r.plain // the presence records' few among them
 	perKey := float64(r.coldRequests) / r.seconds / cold
 	return fmt.Sprintf("\nWhere the default mode's executed commands go: %.0f key messages a second (%.4f a request), "+
-		"nearly all for the cold keys: each cold key, asked %.1f times a second (%.0f%% of its limit), sent a message every %.2f s; "+
+		"nearly all for the cold keys: each cold key, asked %.1f times a second (%.0f%% of its limit), sent a message every %.2f s, one per %.1f of its requests; "+
 		"a script call carried %.1f messages on average and executed %.2f commands a message (TIME once a call besides). "+
 		"Executed commands a request, by name: %s.\n",
 		r.messages/r.seconds, r.messages/float64(max(r.requests, 1)),
 		perKey, perKey/coldLimit*100,
-		cold*r.seconds/r.messages, r.messages/float64(max(r.scripts, 1)),
+		cold*r.seconds/r.messages, float64(r.coldRequests)/r.messages, r.messages/float64(max(r.scripts, 1)),
 		float64(inScripts-r.byCommand["time"])/r.messages, strings.Join(parts, ", "))
 }
 
