@@ -186,7 +186,7 @@ type replica struct {
 // builds it. The limiter is closed when the test ends, if not before.
 func newReplica(t *testing.T, rdb *redistest.Server, prefix, yaml string, policy Policy) *replica {
 	t.Helper()
-	lim, err := hlsync.New(rdb.Client(t), hlsync.WithPrefix(prefix), hlsync.WithFailurePolicy(limiterPolicy[policy]),
+	lim, err := hlsync.New(rdb.Client(t), hlsync.WithPrefix(prefix), hlsync.WithFailurePolicy(limiterPolicy(policy)),
 		hlsync.WithMaxWait(2*time.Second)) // Redis's answers are the claim, not a fetch slow under -race
 	if err != nil {
 		t.Fatal(err)

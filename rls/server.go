@@ -111,9 +111,14 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 // limiterPolicy is the limiter's failure policy for each of the
 // service's: under error the limiter denies, and the service answers its
 // denials UNAVAILABLE (hybridBackend).
-var limiterPolicy = map[Policy]hlsync.FailurePolicy{
-	PolicyFallbackLocal: hlsync.FallbackLocal, PolicyFailOpen: hlsync.FailOpen,
-	PolicyFailClosed: hlsync.FailClosed, PolicyError: hlsync.FailClosed,
+func limiterPolicy(p Policy) hlsync.FailurePolicy {
+	switch p {
+	case PolicyFailOpen:
+		return hlsync.FailOpen
+	case PolicyFailClosed, PolicyError:
+		return hlsync.FailClosed
+	}
+	return hlsync.FallbackLocal
 }
 
 // hybrid builds the hybrid backend: one limiter per Redis.
@@ -126,7 +131,7 @@ func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic
 		}
 		opts := []hlsync.Option{
 			hlsync.WithMode(mode), hlsync.WithSyncInterval(s.set.SyncInterval, 0.1),
-			hlsync.WithMaxWait(s.set.MaxWait), hlsync.WithFailurePolicy(limiterPolicy[s.set.Policy]),
+			hlsync.WithMaxWait(s.set.MaxWait), hlsync.WithFailurePolicy(limiterPolicy(s.set.Policy)),
 			hlsync.WithPrefix(s.set.CacheKeyPrefix + "hl:"), hlsync.WithLogger(s.log),
 		}
 		if s.set.InstanceID != "" {
