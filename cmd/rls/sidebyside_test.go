@@ -58,13 +58,14 @@ type loadResult struct {
 	worstSaturated   int     // the same from 2 s into the run, once the bucket is drained
 }
 
-// TestSideBySide loads the reference and this service in turn on one
-// dedicated Redis: 8 gRPC clients, each request one descriptor, half on
-// one hot rule (1000/s, saturated), half on 1,000 cold values (100/s
-// each). It measures requests/s, latency, Redis commands per request
-// (INFO commandstats) and the most the hot rule admitted in any one-second
-// window, and writes them into the file -rls.sidebyside names. It runs
-// only when asked: make rls-bench.
+// TestSideBySide loads the reference and this service (each mode, and the
+// default mode at a shorter sync interval) in turn on one dedicated Redis:
+// 8 gRPC clients, each request one descriptor, half on one hot rule
+// (1000/s, saturated), half on 1,000 cold values (100/s each). It measures
+// requests/s, latency, Redis commands and CPU per request (INFO
+// commandstats, INFO cpu) and the most the hot rule admitted in any
+// one-second window, and writes them into the file -rls.sidebyside names.
+// It runs only when asked: make rls-bench.
 func TestSideBySide(t *testing.T) {
 	if *sideBySide == "" {
 		t.Skip("the side-by-side benchmark runs with -rls.sidebyside=docs/rls.md (make rls-bench)")
@@ -95,6 +96,8 @@ func TestSideBySide(t *testing.T) {
 		{"reference (envoyproxy/ratelimit)", referenceBinary(t), with("CACHE_KEY_PREFIX", "ref:"), false},
 		{"hybridlimit rls, default (hybrid)", rlsBinary(t), with("CACHE_KEY_PREFIX", "hl:"), true},
 		{"hybridlimit rls, fixed_window", rlsBinary(t), with("CACHE_KEY_PREFIX", "fw:", "HYBRIDLIMIT_MODE", "fixed_window"), false},
+		// The saturated rule's worst window follows the sync interval.
+		{"hybridlimit rls, hybrid, HYBRIDLIMIT_SYNC_INTERVAL=100ms", rlsBinary(t), with("CACHE_KEY_PREFIX", "hl100:", "HYBRIDLIMIT_SYNC_INTERVAL", "100ms"), true},
 	}
 	var results []loadResult
 	for _, run := range runs {
