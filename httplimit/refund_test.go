@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
@@ -29,7 +30,11 @@ func TestRejectedRequestCostsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	inProcess := newLocal(t)
-	perIP, perKey := hybridlimit.PerHour(2000), hybridlimit.PerHour(500)
+	// Limits of a day: no token refills while the test runs, however
+	// slow the machine (2000 an hour would refill one every 1.8 s).
+	day := 24 * time.Hour
+	perIP := hybridlimit.Limit{Rate: 2000, Period: day, Burst: 2000}
+	perKey := hybridlimit.Limit{Rate: 500, Period: day, Burst: 500}
 	for _, tt := range []struct {
 		name string
 		l    Limiter
