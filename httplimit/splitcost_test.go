@@ -27,7 +27,7 @@ func TestSplitKeyCostAbovePartBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	hyb, err := hlsync.New(rdb, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxWait(2*time.Second),
-		hlsync.WithSyncInterval(50*time.Millisecond, 0.1), hlsync.WithShards(func(string, hybridlimit.Limit) int { return 2 }))
+		hlsync.WithSyncInterval(50*time.Millisecond, 0.1), hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return 2 }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestSplitKeyCostAbovePartBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hyb.Close(context.Background())
-	for name, lim := range map[string]Limiter{"sharding.Global": g, "sync.WithShards": hyb} {
+	for name, lim := range map[string]Limiter{"sharding.Global": g, "sync.WithSplitKeys": hyb} {
 		t.Run(name, func(t *testing.T) {
 			m, err := New([]Rule{{Name: "up", Limiter: lim, Limit: limit, Key: Static("k"),
 				CostFunc: func(*http.Request) int64 { return 6 }}})

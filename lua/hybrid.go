@@ -1,7 +1,13 @@
 package lua
 
+import (
+	"fmt"
+	"time"
+)
+
 // The scripts of the hybrid limiter (package sync). Their headers give KEYS,
-// ARGV and reply; decode them with DecodeInts.
+// ARGV and reply: Sync's in SyncHeader, SyncMsg and SyncReply, Reshard's in
+// ReshardStep and ReshardReply.
 var (
 	// Sync reconciles a batch of keys of one slot with the global buckets.
 	Sync = load("sync")
@@ -10,7 +16,72 @@ var (
 	// Reshard moves a split key's parts from one layout to another, one
 	// step on one part per call.
 	Reshard = load("reshard")
+	// Lock takes and releases a lock one holder at a time may hold.
+	Lock = load("lock")
 	// SyncReset forgets keys, for the instances that hold them to forget
 	// their allowance at their next message.
 	SyncReset = load("sync_reset")
 )
+
+// ParseLockReply checks a reply of Lock: whether the lock was taken (or
+// released).
+func ParseLockReply(reply any) (bool, error) {
+	n, ok := reply.(int64)
+	if !ok || n != 0 && n != 1 {
+		return false, fmt.Errorf("%w: lock reply %v (%T)", ErrMalformedReply, reply, reply)
+	}
+	return n == 1, nil
+}
+
+// ReshardOp is one step of a reshard on one part's bucket (reshard.lua).
+type ReshardOp string
+
+// The steps of a reshard.
+const (
+	// ReshardCheck changes nothing; done says the bucket is open.
+	ReshardCheck ReshardOp = "check"
+	// ReshardOpen makes a full (absent) bucket empty, refilling from now.
+	ReshardOpen ReshardOp = "open"
+	// ReshardClose replaces the bucket with the marker, replying with the
+	// tokens it held.
+	ReshardClose ReshardOp = "close"
+	// ReshardCredit adds N tokens to an open bucket that is not full.
+	ReshardCredit ReshardOp = "credit"
+	// ReshardMark sets the marker on a full bucket or a marker, keeping
+	// a marker of a later generation.
+	ReshardMark ReshardOp = "mark"
+)
+
+// ReshardStep is one call of Reshard: the op, the part's limit, and the
+// op's marker (close, mark) and number (credit: tokens; close, mark: the
+// marker's TTL in milliseconds).
+type ReshardStep struct {
+	Op                    ReshardOp
+	Rate, PeriodUS, Burst int64
+	Marker                string
+	N                     int64
+}
+
+// Args returns the step's ARGV after the time.
+func (s ReshardStep) Args() []any {
+	return []any{string(s.Op), s.Rate, s.PeriodUS, s.Burst, s.Marker, s.N}
+}
+
+// ReshardReply is Reshard's answer to one step.
+type ReshardReply struct {
+	Done   bool      // the step changed the bucket (check: the bucket is open)
+	Tokens int64     // close: the whole tokens the bucket held
+	At     time.Time // the script's clock when it ran
+}
+
+// ParseReshardReply checks a reply of Reshard.
+func ParseReshardReply(reply any) (ReshardReply, error) {
+	v, err := DecodeInts(reply, 3)
+	if err != nil {
+		return ReshardReply{}, err
+	}
+	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] <= 0 {
+		return ReshardReply{}, fmt.Errorf("%w: reshard reply %v", ErrMalformedReply, v)
+	}
+	return ReshardReply{Done: v[0] == 1, Tokens: v[1], At: time.UnixMicro(v[2])}, nil
+}

@@ -9,8 +9,7 @@
 -- theoretical arrival time in microseconds (see sync.lua), is absent when
 -- full, or holds a marker "m<shards>.<generation>".
 --
--- KEYS[1]  the part's global bucket; for lock and unlock, the lock, a
---          string key.
+-- KEYS[1]  the part's global bucket.
 -- ARGV[1]  now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]  op:
 --            "open"   make the bucket empty, refilling from now, unless
@@ -22,10 +21,7 @@
 --                     or full (the default layout of a moved key); a
 --                     marker of a later generation stays, renewed;
 --            "check"  change nothing; done is 1 if the bucket is open
---                     (not a marker), so still part of the key's layout;
---            "lock"   set KEYS[1] to the marker (here an owner's name)
---                     unless it exists, for ARGV[7] milliseconds;
---            "unlock" delete KEYS[1] if it holds the marker.
+--                     (not a marker), so still part of the key's layout.
 -- ARGV[3]  rate, ARGV[4] period in microseconds, ARGV[5] burst: the
 --          part's limit.
 -- ARGV[6]  marker, such as "m4.2".
@@ -42,16 +38,6 @@ local n = int_arg(7)
 local key = KEYS[1]
 local interval = period / rate
 local tolerance = burst * interval
-if op == 'lock' then
-  if redis.call('SET', key, marker, 'NX', 'PX', n) then return {1, 0, now} end
-  return {0, 0, now}
-elseif op == 'unlock' then
-  if redis.call('GET', key) == marker then
-    redis.call('DEL', key)
-    return {1, 0, now}
-  end
-  return {0, 0, now}
-end
 local got = redis.call('HMGET', key, 't', 'x')
 local raw, x = got[1], got[2]
 local closed = raw and string.sub(raw, 1, 1) == 'm'

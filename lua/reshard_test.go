@@ -116,15 +116,20 @@ func TestReshardMatchesModel(t *testing.T) {
 				n = 60_000 // the marker's TTL in milliseconds
 			}
 			want := m.apply(op, marker, n, float64(now))
-			raw, err := Reshard.Run(ctx, c, []string{key}, now, op, rate, int64(periodUS), burst, marker, n)
+			step := ReshardStep{Op: ReshardOp(op), Rate: rate, PeriodUS: int64(periodUS), Burst: burst, Marker: marker, N: n}
+			raw, err := Reshard.Run(ctx, c, []string{key}, append([]any{now}, step.Args()...)...)
 			if err != nil {
 				t.Fatalf("seq %d op %d %s: %v", seq, i, op, err)
 			}
-			got, err := DecodeInts(raw, 3)
+			reply, err := ParseReshardReply(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if [3]int64(got) != want {
+			got := [3]int64{0, reply.Tokens, reply.At.UnixMicro()}
+			if reply.Done {
+				got[0] = 1
+			}
+			if got != want {
 				t.Fatalf("seq %d op %d %s(n=%d) at +%ds: script %v, model %v", seq, i, op, n, (now-1_800_000_000_000_000)/1e6, got, want)
 			}
 			val, err := c.HGet(ctx, key, "t").Result()
@@ -150,21 +155,27 @@ func TestReshardMatchesModel(t *testing.T) {
 			}
 		}
 	}
-	// The lock: set once, refused while held, released only by its owner.
-	lock := prefix + "lock"
-	run := func(op, owner string) int64 {
-		raw, err := Reshard.Run(ctx, c, []string{lock}, 0, op, 1, 1, 1, owner, 5_000)
+}
+
+// TestLock checks the lock: taken once, refused while held, released
+// only by its holder, and never without a TTL.
+func TestLock(t *testing.T) {
+	c := redistest.Standalone(t)
+	ctx := context.Background()
+	lock := redistest.Prefix(t) + "lock"
+	run := func(holder string, ms int64) bool {
+		raw, err := Lock.Run(ctx, c, []string{lock}, 0, holder, ms)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := DecodeInts(raw, 3)
+		done, err := ParseLockReply(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return v[0]
+		return done
 	}
-	if run("lock", "a") != 1 || run("lock", "b") != 0 || run("unlock", "b") != 0 || run("unlock", "a") != 1 || run("lock", "b") != 1 {
-		t.Error("lock: want a acquires, b refused, b cannot release a's, a releases, b acquires")
+	if !run("a", 5_000) || run("b", 5_000) || run("b", 0) || !run("a", 0) || !run("b", 5_000) {
+		t.Error("want a takes it, b refused, b cannot release a's, a releases, b takes it")
 	}
 	if ttl := c.PTTL(ctx, lock).Val(); ttl <= 0 {
 		t.Errorf("lock without TTL (%v)", ttl)

@@ -5,7 +5,7 @@
 -- never deltas, so a retried, duplicated or late message cannot count twice.
 --
 -- Two modes share the bucket and the ledger:
---   reserve ("r"): value = tokens the instance wants to have been granted in
+--   reserve: value = tokens the instance wants to have been granted in
 --     all. Above the ledger's total, the difference is granted from the
 --     bucket as far as it holds tokens; below it, the difference is returned.
 --     First the ledger's total is raised to base + owed whatever the
@@ -16,14 +16,14 @@
 --     admitted (a bucket full meanwhile takes it out of refill it could
 --     not hold), and into debt if need be, so what was admitted is paid
 --     for once, and no more.
---   report ("o"): value = tokens the instance has admitted in all. What is
+--   optimistic: value = tokens the instance has admitted in all. What is
 --     above the ledger's total is debited from the bucket, which may go into
 --     debt at most one burst (or the budget, if more) deep, so
 --     over-admission is paid back by later denials instead of forgotten.
 --     Of value's increase, owed is debited as of age ago, as in reserve
 --     mode.
 --     The reply also carries the allowance the instance may admit before
---     its next report. With an overshoot budget (ARGV per key, >= 0) the
+--     its next message. With an overshoot budget (ARGV per key, >= 0) the
 --     allowances of all instances, each recorded in a hash until it
 --     lapses, never add up to more than what the bucket
 --     holds plus the budget; without one (-1) the allowance is everything
@@ -47,17 +47,17 @@
 --             (l:<id>): "seq epoch total at": the last applied sequence
 --             number, the epoch (first sequence number) of the instance's
 --             state for the key that wrote it, the tokens granted (reserve)
---             or debited (report) in all, and when it was written, in Unix
+--             or debited (optimistic) in all, and when it was written, in Unix
 --             seconds. A ledger unwritten for the ledger TTL is stale: the
 --             first message of an instance new to the key deletes the stale
 --             ledgers of the others once the hash holds more than a few.
 --             The key lives until its bucket is full again and every
 --             ledger in it stale.
--- KEYS[2i]    allowances of key i (report mode with a budget): hash from
+-- KEYS[2i]    allowances of key i (optimistic mode with a budget): hash from
 --             instance id to "allowance lapse_us".
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]     ledger TTL in milliseconds, an integer.
--- ARGV[3]     mode: "r" or "o".
+-- ARGV[3]     mode: "reserve" or "optimistic".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
 -- ARGV[5+i]  the message of key i: eleven integers in decimal, separated
@@ -72,8 +72,8 @@
 --                   the ledger is missing, say after it expired, or belongs
 --                   to an older epoch),
 --             value (see the modes),
---             budget (report mode: overshoot budget in tokens, or -1),
---             held (report mode: allowance the instance held unspent when
+--             budget (optimistic mode: overshoot budget in tokens, or -1),
+--             held (optimistic mode: allowance the instance held unspent when
 --                   it sent the message; -1 when it is closing and wants
 --                   none),
 --             owed (tokens the instance admitted while Redis could not be
@@ -84,8 +84,8 @@
 --             remaining (whole tokens left in the bucket; 0 in debt),
 --             retry_us (time until one token is available; 0 if one is),
 --             reset_us (time until the bucket is full),
---             allowance (report mode: tokens the instance may admit beyond
---                        value before its next report; reserve mode: 0),
+--             allowance (optimistic mode: tokens the instance may admit beyond
+--                        value before its next message; reserve mode: 0),
 --             shards, generation (the layout a marker names; 0, 0 when the
 --                        bucket is open),
 --             seq (the ledger's sequence number as the message found it;
@@ -100,7 +100,11 @@ local now = now_us()
 local now_ms = floor_div(now, 1000)
 local now_s = floor_div(now, 1000000)
 local ledger_ttl = int_arg(2)
-local reserve = ARGV[3] == 'r'
+local mode = ARGV[3]
+if mode ~= 'reserve' and mode ~= 'optimistic' then
+  return redis.error_reply('sync: unknown mode ' .. tostring(mode))
+end
+local reserve = mode == 'reserve'
 local id = ARGV[4]
 local lifetime = int_arg(5)
 local lfield = 'l:' .. id

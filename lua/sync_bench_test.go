@@ -37,8 +37,10 @@ func BenchmarkSyncScript(b *testing.B) {
 	}
 	var buf []byte
 	args := make([]any, SyncHeaderArgs+perCall)
+	var replies [perCall]SyncReply
 	call := func() {
-		copy(args, []any{now, 60_000, "r", "i", 1_000_000})
+		h := SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000_000}.Args()
+		copy(args, h[:])
 		from := next
 		buf = buf[:0]
 		ends := [perCall]int{}
@@ -60,12 +62,11 @@ func BenchmarkSyncScript(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		v, err := DecodeInts(reply, SyncReplyLen*perCall)
-		if err != nil {
+		if err := ParseSyncReplies(reply, replies[:]); err != nil {
 			b.Fatal(err)
 		}
-		for j := range perCall {
-			totals[from+j] = v[7*j]
+		for j, r := range replies {
+			totals[from+j] = r.Total
 		}
 		if next == 0 {
 			now += 1_000_000

@@ -257,32 +257,27 @@ func FuzzSyncScript(f *testing.F) {
 				return
 			}
 			var ks []string
-			args := []any{now, 60_000, "r", msgs[0].id, 1_000}
+			var sms []SyncMsg
 			for _, m := range msgs {
 				b := buckets[m.key]
 				ks = append(ks, keysOf(m.key)...)
-				args = append(args, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
-					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1, Owed: m.owed, AgeUS: m.ageUS}.String())
+				sms = append(sms, SyncMsg{Rate: b.rate, PeriodUS: b.periodUS, Burst: b.burst,
+					Seq: m.seq, Epoch: m.epoch, Base: m.base, Value: m.value, Budget: -1, Owed: m.owed, AgeUS: m.ageUS})
 			}
-			reply, err := Sync.Run(ctx, c, ks, args...)
-			if err != nil {
-				t.Fatalf("op %d: %v", i, err)
-			}
-			got, err := DecodeInts(reply, SyncReplyLen*len(msgs))
+			got, err := runSync(ctx, c, ks, SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: msgs[0].id, AllowanceLifeUS: 1_000}, sms...)
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
 			for j, m := range msgs {
 				lseq := buckets[m.key].ledgers[m.id].seq
 				want := buckets[m.key].apply(now, m)
-				r := got[SyncReplyLen*j : SyncReplyLen*(j+1)]
-				var g [5]int64
-				copy(g[:], r)
-				if moved := r[5:7]; moved[0] != 0 || moved[1] != 0 {
-					t.Fatalf("op %d: an open bucket replied moved %v", i, moved)
+				r := got[j]
+				g := [5]int64{r.Total, r.Remaining, r.RetryUS, r.ResetUS, r.Allowance}
+				if r.Moved() || r.Reset {
+					t.Fatalf("op %d: an open bucket replied moved to %d.%d, or reset (%v)", i, r.Shards, r.Generation, r.Reset)
 				}
-				if r[7] != lseq {
-					t.Fatalf("op %d: reply names the ledger's seq %d, model %d", i, r[7], lseq)
+				if r.LedgerSeq != lseq {
+					t.Fatalf("op %d: reply names the ledger's seq %d, model %d", i, r.LedgerSeq, lseq)
 				}
 				if g != want {
 					t.Fatalf("op %d at +%dus, message %+v: script %v, model %v", i, now-1_700_000_000_000_000, m, g, want)

@@ -30,7 +30,7 @@ func TestSyncBucketHash(t *testing.T) {
 		seq++
 		// 10 tokens an hour: a token refills in 6 minutes, past the TTL.
 		msg := SyncMsg{Rate: 10, PeriodUS: 3_600_000_000, Burst: 10, Seq: seq, Epoch: 1, Value: value, Budget: -1}
-		if _, err := Sync.Run(ctx, c, keys, now, ledgerTTL, "r", id, 1_000, msg.String()); err != nil {
+		if _, err := runSync(ctx, c, keys, SyncHeader{NowUS: now, LedgerTTLMS: ledgerTTL, Mode: ModeReserve, Instance: id, AllowanceLifeUS: 1_000}, msg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,15 +99,11 @@ func TestSyncSmallGrantsAtHighRates(t *testing.T) {
 		t.Helper()
 		seq++
 		msg := SyncMsg{Rate: 10_000_000, PeriodUS: 1_000_000, Burst: 1_000, Seq: seq, Epoch: 1, Base: total, Value: value, Budget: -1}
-		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", "i0", 1_000, msg.String())
+		r, err := runSync(ctx, c, keys, SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i0", AllowanceLifeUS: 1_000}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := DecodeInts(reply, SyncReplyLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total = v[0]
+		total = r[0].Total
 	}
 	for range 1_500 {
 		send(total + 1)
@@ -183,16 +179,12 @@ func TestSyncOwedTaken(t *testing.T) {
 			seq++
 		}
 		msg := SyncMsg{Rate: 10, PeriodUS: sec, Burst: 10, Seq: seq, Epoch: 1, Base: tt.base, Value: tt.value, Budget: -1, Owed: tt.owed, AgeUS: tt.ageUS}
-		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", tt.id, 1_000, msg.String())
+		rs, err := runSync(ctx, c, keys, SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: tt.id, AllowanceLifeUS: 1_000}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := DecodeInts(reply, SyncReplyLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r[0] != tt.total || r[1] != tt.remaining || r[2] != tt.retry {
-			t.Errorf("%s: total %d, remaining %d, retry %dus; want %d, %d, %dus", tt.name, r[0], r[1], r[2], tt.total, tt.remaining, tt.retry)
+		if r := rs[0]; r.Total != tt.total || r.Remaining != tt.remaining || r.RetryUS != tt.retry {
+			t.Errorf("%s: total %d, remaining %d, retry %dus; want %d, %d, %dus", tt.name, r.Total, r.Remaining, r.RetryUS, tt.total, tt.remaining, tt.retry)
 		}
 	}
 	redistest.CheckTTLs(t, c, p)
@@ -216,16 +208,12 @@ func TestSyncLimitChangeKeepsTokens(t *testing.T) {
 		t.Helper()
 		seq++
 		msg := SyncMsg{Rate: rate, PeriodUS: periodUS, Burst: burst, Seq: seq, Epoch: 1, Base: total, Value: value, Budget: -1}
-		reply, err := Sync.Run(ctx, c, keys, now, 60_000, "r", "i0", 1_000, msg.String())
+		r, err := runSync(ctx, c, keys, SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i0", AllowanceLifeUS: 1_000}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := DecodeInts(reply, SyncReplyLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total = r[0]
-		return r[1], r[2]
+		total = r[0].Total
+		return r[0].Remaining, r[0].RetryUS
 	}
 	// 10 an hour, drained: a token every 6 minutes.
 	if left, retry := send(10, 3600*sec, 10, 10); left != 0 || retry != 360*sec {

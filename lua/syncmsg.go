@@ -4,20 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The shape of a call of Sync (see sync.lua): SyncHeaderArgs arguments,
-// then per key SyncKeys KEYS and one ARGV, the key's message; the reply
-// holds SyncReplyLen integers per key.
+// The shape of a call of Sync (see sync.lua): SyncHeaderArgs arguments
+// (SyncHeader), then per key SyncKeys KEYS and one ARGV, the key's message
+// (SyncMsg); the reply holds SyncReplyLen integers per key (SyncReply).
 const (
 	SyncHeaderArgs = 5
 	SyncKeys       = 2
 	SyncReplyLen   = 9
 )
+
+// SyncMode names a reconcile mode on the wire, as sync.lua reads it.
+type SyncMode string
+
+// The modes of sync.lua, named as package sync names them.
+const (
+	// ModeReserve: a message states the tokens granted in all; Redis
+	// grants from the bucket before the instance spends.
+	ModeReserve SyncMode = "reserve"
+	// ModeOptimistic: a message states the tokens admitted in all; Redis
+	// debits them, and replies with the allowance to spend until the next.
+	ModeOptimistic SyncMode = "optimistic"
+)
+
+// SyncHeader is what a call of Sync says once for all its messages.
+type SyncHeader struct {
+	NowUS           int64 // the caller's time in microseconds, or 0 for Redis TIME
+	LedgerTTLMS     int64 // how long a ledger outlives its last message
+	Mode            SyncMode
+	Instance        string // the instance's id, which names its ledger
+	AllowanceLifeUS int64  // optimistic: how long a recorded allowance counts
+}
+
+// Args returns the header as the first SyncHeaderArgs ARGV of a call.
+func (h SyncHeader) Args() [SyncHeaderArgs]any {
+	return [SyncHeaderArgs]any{h.NowUS, h.LedgerTTLMS, string(h.Mode), h.Instance, h.AllowanceLifeUS}
+}
 
 // SyncMsg is one key's message in a call of Sync: the integers sync.lua
 // reads from the key's ARGV. Budget and Held may be -1 (none, closing);
@@ -26,7 +54,7 @@ type SyncMsg struct {
 	Rate, PeriodUS, Burst int64 // the key's limit
 	Seq, Epoch            int64 // the message's sequence number, the state's first
 	Base, Value           int64 // the total last heard, the total stated
-	Budget, Held          int64 // report mode: overshoot budget, allowance held
+	Budget, Held          int64 // optimistic: overshoot budget, allowance held
 	// Owed is the cost admitted without a grant, not yet acknowledged,
 	// taken from the bucket as of AgeUS microseconds ago.
 	Owed, AgeUS int64
@@ -68,6 +96,51 @@ func ParseSyncMsg(s string) (SyncMsg, error) {
 		v[i], rest = n, tail
 	}
 	return SyncMsg{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]}, nil
+}
+
+// SyncReply is Redis's answer to one message of a Sync call.
+type SyncReply struct {
+	Total     int64 // the ledger's total after the message
+	Remaining int64 // whole tokens left in the bucket; 0 in debt or moved
+	RetryUS   int64 // microseconds until a token is due; 0 if one is there
+	ResetUS   int64 // microseconds until the bucket is full
+	Allowance int64 // optimistic: what the instance may admit beyond its report
+	// Shards and Generation name the layout a closed part's marker points
+	// to, where the key lives now; 0, 0 for an open bucket.
+	Shards, Generation int64
+	// LedgerSeq is the ledger's sequence number as the message found it:
+	// above the message's own, the message was not applied (an earlier
+	// run of the instance, under the same id, numbered past it).
+	LedgerSeq int64
+	// Reset says the key was reset (SyncReset) since the instance's ledger
+	// was written: the message was not applied, and the instance forgets
+	// what it holds and owes for the key.
+	Reset bool
+}
+
+// Moved reports whether the message reached a closed part: the key lives
+// in the layout Shards and Generation name.
+func (r SyncReply) Moved() bool { return r.Shards > 0 }
+
+// ParseSyncReplies checks the reply of a Sync call of len(dst) messages,
+// SyncReplyLen non-negative integers each, and stores each message's
+// reply in dst. It is the one place a Sync reply is taken apart.
+func ParseSyncReplies(reply any, dst []SyncReply) error {
+	v, err := DecodeInts(reply, SyncReplyLen*len(dst))
+	if err != nil {
+		return err
+	}
+	for i := range dst {
+		f := v[SyncReplyLen*i : SyncReplyLen*(i+1)]
+		if slices.Min(f) < 0 || f[8] > 1 || (f[5] == 0 && f[6] != 0) {
+			return fmt.Errorf("%w: sync reply %v", ErrMalformedReply, f)
+		}
+		dst[i] = SyncReply{
+			Total: f[0], Remaining: f[1], RetryUS: f[2], ResetUS: f[3], Allowance: f[4],
+			Shards: f[5], Generation: f[6], LedgerSeq: f[7], Reset: f[8] == 1,
+		}
+	}
+	return nil
 }
 
 // Processor runs or queues a command: a client or a pipeline.

@@ -1,10 +1,13 @@
 package lua
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -39,7 +42,8 @@ func TestSyncBadMessage(t *testing.T) {
 	p := redistest.Prefix(t)
 	keys := []string{p + "{s}:b", p + "{s}:a"}
 	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 0 0 x", "1 1000000 1 5 5 0 -1 -1 0 0 0", "1 1000000 1 5 5 0 1 -1 0 0", "1 1000000 1 5 5 0 1 -1 0 -1 0", "1 1000000 1 5 5 0 1 -1 0 0 -1"} {
-		_, err := Sync.Run(t.Context(), c, keys, 0, 60_000, "r", "i", 1_000, msg)
+		h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
+		_, err := Sync.Run(t.Context(), c, keys, append(h[:], msg)...)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {
 			t.Errorf("message %q: error %v, want a script error", msg, err)
 		}
@@ -70,5 +74,70 @@ func TestIntsReply(t *testing.T) {
 		if errors.Is(err, ErrMalformedReply) != tt.malformed || (err == nil) != (tt.want != nil) || !slices.Equal(got, tt.want) {
 			t.Errorf("%s: IntsReply = %v, %v; want %v, malformed %v", tt.src, got, err, tt.want, tt.malformed)
 		}
+	}
+}
+
+// runSync calls Sync with h and msgs and parses the reply.
+func runSync(ctx context.Context, c redis.Scripter, keys []string, h SyncHeader, msgs ...SyncMsg) ([]SyncReply, error) {
+	head := h.Args()
+	args := append([]any(nil), head[:]...)
+	for _, m := range msgs {
+		args = append(args, m.String())
+	}
+	reply, err := Sync.Run(ctx, c, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SyncReply, len(msgs))
+	return out, ParseSyncReplies(reply, out)
+}
+
+// TestParseSyncReplies checks that a reply is taken apart field by field,
+// and that one of another length, a negative field, a reset flag other
+// than 0 or 1 or a generation without shards is malformed.
+func TestParseSyncReplies(t *testing.T) {
+	got := make([]SyncReply, 2)
+	if err := ParseSyncReplies([]int64{1, 2, 3, 4, 5, 0, 0, 8, 0, 11, 12, 13, 14, 15, 4, 2, 18, 1}, got); err != nil {
+		t.Fatal(err)
+	}
+	want := []SyncReply{
+		{Total: 1, Remaining: 2, RetryUS: 3, ResetUS: 4, Allowance: 5, LedgerSeq: 8},
+		{Total: 11, Remaining: 12, RetryUS: 13, ResetUS: 14, Allowance: 15, Shards: 4, Generation: 2, LedgerSeq: 18, Reset: true},
+	}
+	if !slices.Equal(got, want) || got[0].Moved() || !got[1].Moved() {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, bad := range [][]int64{
+		{1, 2, 3, 4, 5, 0, 0, 8},
+		{1, 2, 3, 4, 5, 0, 0, 8, 0, 0},
+		{1, -2, 3, 4, 5, 0, 0, 8, 0},
+		{1, 2, 3, 4, 5, 0, 0, 8, 2},
+		{1, 2, 3, 4, 5, 0, 3, 8, 0},
+	} {
+		if err := ParseSyncReplies(bad, got[:1]); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("ParseSyncReplies(%v) = %v, want ErrMalformedReply", bad, err)
+		}
+	}
+	if err := ParseSyncReplies([]any{int64(1), "x"}, nil); !errors.Is(err, ErrMalformedReply) {
+		t.Errorf("a reply of another type: %v, want ErrMalformedReply", err)
+	}
+}
+
+// TestSyncUnknownMode checks that the script refuses a mode it does not
+// know rather than take it for one it does.
+func TestSyncUnknownMode(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	p := redistest.Prefix(t)
+	keys := []string{p + "{s}:b", p + "{s}:a"}
+	msg := SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}
+	for _, mode := range []SyncMode{"r", "o", "report", ""} {
+		_, err := runSync(t.Context(), c, keys, SyncHeader{LedgerTTLMS: 60_000, Mode: mode, Instance: "i", AllowanceLifeUS: 1_000}, msg)
+		if err == nil || !strings.Contains(err.Error(), "unknown mode") {
+			t.Errorf("mode %q: error %v, want unknown mode", mode, err)
+		}
+	}
+	if n := c.Exists(t.Context(), keys...).Val(); n != 0 {
+		t.Errorf("a refused call wrote %d keys", n)
 	}
 }

@@ -100,7 +100,7 @@ hybridlimit_sync_node_breaker_open_seconds_total{instance_name="a",node="10.0.0.
 # HELP hybridlimit_sync_owed_cost Cost the failure policy (FallbackLocal) admitted that Redis has not yet taken from the keys' buckets: paid at each key's next sync.
 # TYPE hybridlimit_sync_owed_cost gauge
 hybridlimit_sync_owed_cost{instance_name="a"} 11
-# HELP hybridlimit_sync_reshards_total Keys this instance split or merged back (WithAutoShards).
+# HELP hybridlimit_sync_reshards_total Keys this instance split or merged back (WithAutoSplit).
 # TYPE hybridlimit_sync_reshards_total counter
 hybridlimit_sync_reshards_total{instance_name="a"} 3
 # HELP hybridlimit_sync_round_duration_seconds Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round.
@@ -126,7 +126,7 @@ hybridlimit_sync_rounds_total{instance_name="a"} 100
 # HELP hybridlimit_sync_script_calls_total Batched sync script calls sent to Redis.
 # TYPE hybridlimit_sync_script_calls_total counter
 hybridlimit_sync_script_calls_total{instance_name="a"} 110
-# HELP hybridlimit_sync_split_keys Tracked keys split into parts over several slots (hot keys, WithShards or WithAutoShards).
+# HELP hybridlimit_sync_split_keys Tracked keys split into parts over several slots (hot keys, WithSplitKeys or WithAutoSplit).
 # TYPE hybridlimit_sync_split_keys gauge
 hybridlimit_sync_split_keys{instance_name="a"} 2
 # HELP hybridlimit_sync_tracked_keys Keys the hybrid limiter tracks in memory.

@@ -26,7 +26,7 @@ type Config struct {
 	Detail bool
 	// Standalone makes virtual mode model one Redis server rather than a
 	// cluster: a sync round sends one script call for all its messages
-	// instead of one per slot group (sync.WithCallPerSlotGroup is left
+	// instead of one per slot group (sync.Tuning.CallPerSlotGroup is left
 	// off), which is what a limiter on a single server does.
 	Standalone bool
 	// Progress, if set, is called after each run, one call at a time.

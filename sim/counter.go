@@ -45,7 +45,7 @@ const (
 	PhaseDecision Phase = iota
 	// PhaseRound: a background reconcile round.
 	PhaseRound
-	// PhasePresence: a presence announcement.
+	// PhasePresence: the loop's other work: presence, automatic sharding.
 	PhasePresence
 	phases
 )

@@ -99,8 +99,8 @@ func (e *embedded) Client(hook redis.Hook) *redis.Client {
 
 // detachHook strips deadlines and cancellation from every command's
 // context. In a virtual run, virtual time owns every deadline: the
-// wall-clock timeouts a limiter puts on its own calls (sync's Round.Send
-// and Announce bound theirs by the round timeout) would otherwise fail a
+// wall-clock timeouts a limiter puts on its own calls (sync's rounds
+// and presence calls are bound by the round timeout) would otherwise fail a
 // call whenever the machine is slow to schedule the run, and make the run
 // depend on the machine's load. The embedded Redis answers at once anyway.
 type detachHook struct{}

@@ -205,23 +205,21 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 			}
 			rig.hybrids = append(rig.hybrids, l)
 		}
-		// Presence settled before the first request, as in virtual mode.
-		// It is best effort: a first call can outlast the round timeout
-		// (a cluster client learning the slots), and the loops announce
-		// again every interval.
+		// Presence settled before the first request, as in virtual mode:
+		// each loop announces at its first tick and again an interval on,
+		// when every instance's record is there to count.
 		counter.Pause()
-		for range 2 {
-			for _, l := range rig.hybrids {
-				_ = l.Announce(ctx)
-			}
-		}
-		counter.Resume()
 		for _, l := range rig.hybrids {
 			if err := l.Start(); err != nil {
 				rig.close()
 				return nil, fmt.Errorf("sim: %w", err)
 			}
 		}
+		select {
+		case <-time.After(r.interval + r.interval/2):
+		case <-ctx.Done():
+		}
+		counter.Resume()
 		rig.decide = func(ctx context.Context, inst int, key string) (bool, error) {
 			res, err := rig.hybrids[inst].Allow(ctx, key, sc.Limit)
 			return res.Allowed, err

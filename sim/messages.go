@@ -43,10 +43,9 @@ type MsgCounts [phases][msgKinds]int64
 // syncArgs is how many ARGV the sync script takes before the per-key
 // groups, and how many each group has (see lua/sync.lua).
 const (
-	syncArgs     = lua.SyncHeaderArgs
-	syncKeyArgs  = 1
-	syncKeyKeys  = lua.SyncKeys
-	syncReplyLen = lua.SyncReplyLen
+	syncArgs    = lua.SyncHeaderArgs
+	syncKeyArgs = 1
+	syncKeyKeys = lua.SyncKeys
 )
 
 // classify returns, for a call of the sync script and its reply, each
@@ -85,11 +84,11 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 	if cmd.Err() != nil {
 		return nil, nil
 	}
-	reply, err := lua.DecodeInts(val, n*syncReplyLen)
-	if err != nil {
+	replies := make([]lua.SyncReply, n)
+	if lua.ParseSyncReplies(val, replies) != nil {
 		return nil, nil
 	}
-	reserve := asString(argv[2]) == "r"
+	reserve := lua.SyncMode(asString(argv[2])) == lua.ModeReserve
 	for i := range n {
 		buckets = append(buckets, asString(args[3+i*syncKeyKeys]))
 		if !reserve {
@@ -98,7 +97,7 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 		}
 		m, err := lua.ParseSyncMsg(asString(argv[syncArgs+i*syncKeyArgs]))
 		base, value := m.Base, m.Value
-		total := reply[i*syncReplyLen]
+		total := replies[i].Total
 		switch {
 		case err != nil:
 			return nil, nil

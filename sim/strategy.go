@@ -123,7 +123,7 @@ func hybridOptions(s Strategy, prefix string, k, instances int, interval time.Du
 	case Reserve:
 		opts = append(opts, hlsync.WithMode(hlsync.Reserve))
 	case ReserveSharded:
-		opts = append(opts, hlsync.WithMode(hlsync.Reserve), hlsync.WithAutoShards(shardedOptions(instances, interval)))
+		opts = append(opts, hlsync.WithMode(hlsync.Reserve), hlsync.WithAutoSplit(shardedOptions(instances, interval)))
 	}
 	return opts
 }
@@ -133,8 +133,8 @@ func hybridOptions(s Strategy, prefix string, k, instances int, interval time.Du
 // instance per interval, which a key only reaches when its instances keep
 // fetching beyond their leases (demand near or over its limit); it is
 // split 4 ways and merged back after 5 seconds below a quarter of that.
-func shardedOptions(instances int, interval time.Duration) hlsync.AutoShards {
-	return hlsync.AutoShards{
+func shardedOptions(instances int, interval time.Duration) hlsync.AutoSplit {
+	return hlsync.AutoSplit{
 		Max:   4,
 		Above: 2 * float64(instances) / interval.Seconds(),
 		Hold:  5 * time.Second,

@@ -12,32 +12,78 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/internal/drive"
 	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
-// Epoch is the instant virtual time starts at. It is fixed so that the
-// Lua's float arithmetic on microsecond timestamps is the same on every
-// run, and it lies in the future (2100) so that any real-time deadline a
-// limiter derives from its clock (sync's on-demand fetch bounds its context
-// by clock time + max wait) never expires during a run: a fetch in virtual
-// time takes no real time to speak of, and must not be cut short by the
-// wall clock.
+// Epoch is the instant virtual time starts at: fixed, so that the Lua's
+// float arithmetic on microsecond timestamps is the same on every run.
 var Epoch = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// Clock is the virtual clock of a run: it reads what the engine last set.
-// It implements the Clock interface of package sync. A Clock belongs to the
-// one goroutine that drives a run; it is not safe for concurrent use.
-type Clock struct{ now time.Time }
+// Clock is the virtual clock of a run: it reads what the engine last set,
+// calls the functions of AfterFunc when Set passes their time, and drives
+// the loops of the hybrid limiters made with it (internal/drive), which
+// then start no goroutine of their own. It implements the Clock interface
+// of package sync. Set and Drive belong to the one goroutine that drives a
+// run; Now and AfterFunc are safe for concurrent use.
+type Clock struct {
+	mu     stdsync.Mutex
+	now    time.Time
+	timers map[*timer]struct{}
+	loops  []drive.Loop
+}
+
+type timer struct {
+	at time.Time
+	f  func()
+}
 
 // NewClock returns a Clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+func NewClock(t time.Time) *Clock { return &Clock{now: t, timers: map[*timer]struct{}{}} }
 
 // Now returns the virtual time.
-func (c *Clock) Now() time.Time { return c.now }
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
 
-// Set moves the clock to t.
-func (c *Clock) Set(t time.Time) { c.now = t }
+// Set moves the clock to t and calls, each in a goroutine of its own, the
+// functions whose time has come.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	var due []func()
+	for tm := range c.timers {
+		if !tm.at.After(t) {
+			due = append(due, tm.f)
+			delete(c.timers, tm)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		go f()
+	}
+}
+
+// AfterFunc calls f once the clock has been Set d past now.
+func (c *Clock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &timer{at: c.now.Add(d), f: f}
+	c.timers[tm] = struct{}{}
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.timers[tm]
+		delete(c.timers, tm)
+		return ok
+	}
+}
+
+// Drive takes the loop of a limiter made with the clock.
+func (c *Clock) Drive(l drive.Loop) { c.loops = append(c.loops, l) }
 
 // virtualPrefix is the key prefix of every virtual run; each run has a
 // miniredis of its own, so runs never share a key.
@@ -246,70 +292,56 @@ func (s *simulation) runLocal(admitted []bool) error {
 }
 
 // hybrid is the virtual-time driver of the hybrid strategies: N real
-// limiters, never started, whose sync loops it emulates with events.
-//
-// The loop of each instance, as sync's own loop does it: a round every
-// quarter interval (the tick); an early round whenever a decision was
-// denied for want of local allowance, which flags its key and wakes the
-// loop (the driver sees the limiter's DeniedLocal counter move); presence
-// every interval. A decision that fetches allowance on demand wakes the
-// loop too, but the loop's round then joins the fetch's round in flight
-// (rounds are single-flight) and adds nothing, so the driver skips it. A round is BeginRound at t, Send at t+RTT/2 (the script runs on
-// Redis then), Finish at t+RTT (the reply arrives); decisions keep coming in
-// between. Rounds of one instance never overlap: a tick or wake-up during a
-// round starts another as soon as it finishes, as a buffered tick or
-// wake-up does in the loop.
+// limiters on one virtual Clock, which hands it their loops, and events
+// that step them as their loops' goroutines would: a step every tick (a
+// quarter interval), and one as soon as a decision asks for a round
+// (Woken). A step's round is sent at +RTT/2 (the scripts run in Redis
+// then) and finished at +RTT (the replies arrive); decisions keep coming
+// in between. Rounds of one instance never overlap: a tick or a wake-up
+// during a round steps again as soon as it finishes, as a tick or wake-up
+// waiting in its channel does in the loop.
 //
 // Approximation: a decision that finds no allowance in Reserve mode fetches
 // synchronously inside AllowNAt, so that fetch takes no virtual time (zero
 // RTT), and the decisions arriving during it are not held back.
 type hybrid struct {
-	ctx      context.Context
-	sim      *simulation
-	emb      *embedded
-	counter  *Counter
-	clock    *Clock
-	ls       []*hlsync.Limiter
-	inst     []instance
-	events   events
-	seq      uint64
-	rtt      int64
-	tick     int64
-	every    int64         // presence interval
-	interval time.Duration // sync interval
+	ctx     context.Context
+	sim     *simulation
+	emb     *embedded
+	counter *Counter
+	clock   *Clock
+	ls      []*hlsync.Limiter
+	loops   []drive.Loop
+	inst    []instance
+	events  events
+	seq     uint64
+	rtt     int64
 }
 
 type instance struct {
-	round    *hlsync.Round
+	round    drive.Round
 	inflight bool
 	want     bool
-	denied   uint64 // DeniedLocal last seen
 }
 
 func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Counter, r run, admitted []bool) (Diagnostics, error) {
 	h := &hybrid{
-		ctx:      ctx,
-		sim:      s,
-		emb:      emb,
-		clock:    NewClock(Epoch),
-		ls:       make([]*hlsync.Limiter, s.sc.Instances),
-		inst:     make([]instance, s.sc.Instances),
-		rtt:      int64(s.rtt),
-		tick:     int64(max(r.interval/4, time.Millisecond)),
-		every:    int64(r.interval),
-		interval: r.interval,
+		ctx:     ctx,
+		sim:     s,
+		emb:     emb,
+		counter: counter,
+		clock:   NewClock(Epoch),
+		ls:      make([]*hlsync.Limiter, s.sc.Instances),
+		inst:    make([]instance, s.sc.Instances),
+		rtt:     int64(s.rtt),
 	}
 	for k := range h.ls {
 		c := emb.Client(counter.Hook())
 		defer c.Close()
-		// A decision's wait for a fetch takes no virtual time, but sync
-		// also bounds it with a wall-clock timer of the max wait; a minute
-		// keeps a slow machine from cutting a fetch short, which would let
-		// the fetch finish behind the engine's back.
-		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval), hlsync.WithClock(h.clock), hlsync.WithMaxWait(time.Minute))
+		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval), hlsync.WithClock(h.clock))
 		if !s.standalone {
 			// One embedded server stands for a cluster: keep calls per slot.
-			opts = append(opts, hlsync.WithCallPerSlotGroup())
+			opts = append(opts, hlsync.WithTuning(hlsync.Tuning{CallPerSlotGroup: true}))
 		}
 		l, err := hlsync.New(c, opts...)
 		if err != nil {
@@ -317,24 +349,22 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 		}
 		h.ls[k] = l
 	}
+	h.loops = h.clock.loops
 	// The instances have been running a while: presence is settled before
 	// the first request (two passes, so each sees all), and each loop ticks
 	// at its own phase.
-	h.counter = counter
 	counter.Pause()
 	for range 2 {
-		for _, l := range h.ls {
-			if err := l.Announce(ctx); err != nil {
+		for _, lp := range h.loops {
+			if err := lp.Announce(ctx); err != nil {
 				return Diagnostics{}, fmt.Errorf("sim: %w", err)
 			}
 		}
 	}
 	counter.Resume()
 	phases := rand.New(rand.NewPCG(s.sc.Seed, uint64(r.interval)))
-	for k := range h.ls {
-		p := phases.Int64N(h.tick)
-		h.push(p, evTick, k)
-		h.push(p+h.every, evAnnounce, k)
+	for k, lp := range h.loops {
+		h.push(phases.Int64N(int64(lp.Tick())), evTick, k)
 	}
 	if err := h.loop(admitted); err != nil {
 		return Diagnostics{}, err
@@ -355,9 +385,7 @@ func (h *hybrid) loop(admitted []bool) error {
 	reqs := h.sim.reqs
 	for i := 0; i < len(reqs); {
 		if len(h.events) > 0 && h.events[0].at <= reqs[i].At {
-			if err := h.handle(heap.Pop(&h.events).(event)); err != nil {
-				return err
-			}
+			h.handle(heap.Pop(&h.events).(event))
 			continue
 		}
 		if i%4096 == 0 && h.ctx.Err() != nil {
@@ -371,14 +399,8 @@ func (h *hybrid) loop(admitted []bool) error {
 			return fmt.Errorf("sim: %s: %w", l.Mode(), err)
 		}
 		admitted[i] = res.Allowed
-		// Only a denial with RetryAfter of one interval can be one for
-		// want of local allowance, and Stats costs a pass over the keys:
-		// ask it only then.
-		if !res.Allowed && res.RetryAfter == h.interval {
-			if d := l.Stats().DeniedLocal; d != h.inst[r.Inst].denied {
-				h.inst[r.Inst].denied = d
-				h.wake(int(r.Inst), r.At)
-			}
+		if h.loops[r.Inst].Woken() {
+			h.wake(int(r.Inst), r.At)
 		}
 		i++
 	}
@@ -389,7 +411,6 @@ type eventKind uint8
 
 const (
 	evTick eventKind = iota
-	evAnnounce
 	evSend
 	evFinish
 )
@@ -432,22 +453,14 @@ func (h *hybrid) setTime(t int64) {
 	h.emb.SetTime(now)
 }
 
-func (h *hybrid) handle(ev event) error {
+func (h *hybrid) handle(ev event) {
 	h.setTime(ev.at)
 	k := int(ev.inst)
 	in := &h.inst[k]
 	switch ev.kind {
 	case evTick:
-		h.push(ev.at+h.tick, evTick, k)
+		h.push(ev.at+int64(h.loops[k].Tick()), evTick, k)
 		h.wake(k, ev.at)
-	case evAnnounce:
-		h.push(ev.at+h.every, evAnnounce, k)
-		// A failed announce keeps the last count, as in the loop.
-		h.counter.SetPhase(PhasePresence)
-		_ = h.ls[k].Announce(h.ctx)
-		// The loop's other chore: automatic sharding (a no-op without it).
-		_ = h.ls[k].Reshard(h.ctx)
-		h.counter.SetPhase(PhaseDecision)
 	case evSend:
 		// A failed call leaves its keys for the next round, as in the loop.
 		h.counter.SetPhase(PhaseRound)
@@ -457,27 +470,28 @@ func (h *hybrid) handle(ev event) error {
 		in.round.Finish()
 		in.round, in.inflight = nil, false
 		if in.want {
-			h.start(k, ev.at)
+			h.step(k, ev.at)
 		}
 	}
-	return nil
 }
 
-// wake asks instance k's loop for a round: now if it is idle, else as soon
+// wake asks instance k's loop for a step: now if it is idle, else as soon
 // as the round in flight finishes.
 func (h *hybrid) wake(k int, t int64) {
 	h.inst[k].want = true
 	if !h.inst[k].inflight {
-		h.start(k, t)
+		h.step(k, t)
 	}
 }
 
-// start begins a round of instance k at t. A round with nothing to say
-// makes no call and is over at once.
-func (h *hybrid) start(k int, t int64) {
+// step steps instance k's loop at t. A round with nothing to say makes no
+// call and is over at once.
+func (h *hybrid) step(k int, t int64) {
 	in := &h.inst[k]
 	in.want = false
-	r := h.ls[k].BeginRound()
+	h.counter.SetPhase(PhasePresence)
+	r := h.loops[k].Step(h.ctx)
+	h.counter.SetPhase(PhaseDecision)
 	if r.Messages() == 0 {
 		r.Finish()
 		return
@@ -518,4 +532,7 @@ func (d *Diagnostics) add(s hlsync.Stats) {
 	d.Evictions += s.Evictions
 }
 
-var _ hlsync.Clock = (*Clock)(nil)
+var (
+	_ hlsync.Clock = (*Clock)(nil)
+	_ drive.Driver = (*Clock)(nil)
+)

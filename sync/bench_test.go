@@ -20,14 +20,14 @@ import (
 // enough that the background loop keeps the allowance topped up.
 //
 // With striped=false the key's allowance stays in one counter whatever its
-// demand (WithStripeDemand(+Inf)): what the per-CPU counters save.
+// demand (Tuning.StripeDemand +Inf): what the per-CPU counters save.
 func BenchmarkLimiterAllow(b *testing.B) {
 	for _, striped := range []bool{true, false} {
 		b.Run("striped="+strconv.FormatBool(striped), func(b *testing.B) {
 			c := redistest.Standalone(b)
 			opts := []hlsync.Option{hlsync.WithPrefix(redistest.Prefix(b))}
 			if !striped {
-				opts = append(opts, hlsync.WithStripeDemand(math.Inf(1)))
+				opts = append(opts, hlsync.WithTuning(hlsync.Tuning{StripeDemand: math.Inf(1)}))
 			}
 			l, err := hlsync.New(c, opts...)
 			if err != nil {
@@ -77,21 +77,9 @@ func BenchmarkSyncMapBaseline(b *testing.B) {
 	})
 }
 
-// fakeClock is a clock the benchmark moves by hand.
-type fakeClock struct{ now atomic.Int64 }
-
-func (c *fakeClock) Now() time.Time { return time.Unix(0, c.now.Load()) }
-
-// newFakeClock returns a clock at the present, for the test to move.
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.now.Store(time.Now().UnixNano())
-	return c
-}
-
 // clocked returns a limiter on rdb whose clock is clk, with no loop: the
 // test runs its rounds. It is closed when the test ends.
-func clocked(tb testing.TB, rdb hybridlimit.Redis, clk *fakeClock, opts ...hlsync.Option) *hlsync.Limiter {
+func clocked(tb testing.TB, rdb hybridlimit.Redis, clk *hlsync.FakeClock, opts ...hlsync.Option) *hlsync.Limiter {
 	tb.Helper()
 	l, err := hlsync.New(rdb, append([]hlsync.Option{hlsync.WithClock(clk)}, opts...)...)
 	if err != nil {
@@ -109,7 +97,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
 			c := redistest.Standalone(b)
-			clk := newFakeClock()
+			clk := hlsync.NewFakeClock()
 			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
 			limit := hybridlimit.PerSecond(1000)
@@ -138,7 +126,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				spend()
-				clk.now.Add(int64(time.Second))
+				clk.Advance(time.Second)
 				b.StartTimer()
 				start := time.Now()
 				r := l.BeginRound()
@@ -172,7 +160,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 // decides for a key over its limit.
 func BenchmarkLimiterDenyEmpty(b *testing.B) {
 	c := redistest.Standalone(b)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)))
 	limit := hybridlimit.PerHour(100)
 	ctx := context.Background()
@@ -214,7 +202,7 @@ func BenchmarkLimiterSteady(b *testing.B) {
 		b.Run("keys=100000/rate="+strconv.Itoa(rate), func(b *testing.B) {
 			const n = 100_000
 			c := redistest.Standalone(b)
-			clk := newFakeClock()
+			clk := hlsync.NewFakeClock()
 			const every = 250 * time.Millisecond
 			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithSyncInterval(every, 0.1), hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
@@ -241,7 +229,7 @@ func BenchmarkLimiterSteady(b *testing.B) {
 							_, _ = l.Allow(ctx, key, limit)
 						}
 					}
-					clk.now.Add(int64(tick))
+					clk.Advance(tick)
 					start := time.Now()
 					r := l.BeginRound()
 					if err := r.Send(ctx); err != nil {

@@ -18,7 +18,7 @@ import (
 // out: no decision after the first waits for Redis.
 func TestQuietKeySyncsRarely(t *testing.T) {
 	redistest.NoLeaks(t)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	const interval = 250 * time.Millisecond
 	l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(interval, 0.1))
 	ctx := context.Background()
@@ -30,7 +30,7 @@ func TestQuietKeySyncsRarely(t *testing.T) {
 				t.Fatalf("decision at %v = %+v, %v; want admitted", time.Duration(tick)*interval/4, r, err)
 			}
 		}
-		clk.now.Add(int64(interval / 4))
+		clk.Advance(interval / 4)
 		r := l.BeginRound()
 		if err := r.Send(ctx); err != nil {
 			t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 )
 
 // TestCallsPerRound checks how a round's messages become script calls: on
-// a single server one call carries every slot group (WithMaxKeysPerCall
-// keys at a time), with WithCallPerSlotGroup one call per group, and on a
+// a single server one call carries every slot group (Tuning.MaxKeysPerCall
+// keys at a time), with Tuning.CallPerSlotGroup one call per group, and on a
 // cluster one per group whatever the options, since a call must stay in
 // one slot.
 func TestCallsPerRound(t *testing.T) {
@@ -20,7 +20,7 @@ func TestCallsPerRound(t *testing.T) {
 	const keys = 300
 	calls := func(rdb hybridlimit.Redis, opts ...hlsync.Option) uint64 {
 		t.Helper()
-		l, err := hlsync.New(rdb, append(opts, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithMaxKeysPerCall(100))...)
+		l, err := hlsync.New(rdb, append(opts, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithTuning(hlsync.Tuning{MaxKeysPerCall: 100}))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestCallsPerRound(t *testing.T) {
 	if n := calls(single); n != 3 {
 		t.Errorf("single server: %d calls for %d keys, want 3 (100 keys each)", n, keys)
 	}
-	if n := calls(single, hlsync.WithCallPerSlotGroup()); n < 60 {
+	if n := calls(single, hlsync.WithTuning(hlsync.Tuning{CallPerSlotGroup: true})); n < 60 {
 		t.Errorf("single server, a call per group: %d calls for %d keys over 64 groups, want one per group", n, keys)
 	}
 	if n := calls(redistest.Cluster(t)); n < 60 {

@@ -22,7 +22,7 @@ func TestSyncAfterClose(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"), hlsync.WithLowLimitThreshold(0))
 	limit := frozen(100)
 	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
@@ -34,7 +34,7 @@ func TestSyncAfterClose(t *testing.T) {
 	if left := remaining(t, rdb, p, "k", limit, 64); left != 99 {
 		t.Fatalf("after Close Redis holds %d, want 99", left)
 	}
-	clk.now.Add(int64(time.Second))
+	clk.Advance(time.Second)
 	syncErr := l.Sync(ctx)
 	if err := l.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestLostGrantRestated(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	prefix := redistest.Prefix(t)
 	// Threshold 0: a frozen limit leases ahead like any key, so the key
 	// has something to say at its next round.
@@ -96,7 +96,7 @@ func TestLostGrantRestated(t *testing.T) {
 	if err := rdb.HSet(ctx, bucket, "l:a", fmt.Sprintf("%d %d %d %d", seq, epoch, 0, at)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	clk.now.Add(int64(time.Second))
+	clk.Advance(time.Second)
 	if err := l.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (ds *debts) answered(e *entry, m *message, applied bool, sentAt int64) {
 	d.share = nil
 	if applied {
 		// What is left was admitted after the message.
-		d.owed -= m.owed
+		d.owed -= m.wire.Owed
 		d.since = sentAt
 	}
 	if d.owed == 0 {
@@ -128,8 +128,8 @@ func (ds *debts) total() int64 {
 // A key at its limit stays at it. What it admits e owes: the next message
 // has Redis take it (Reserve) or reports it (Optimistic).
 func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, cost int64) (hybridlimit.Result, error) {
-	l.lock(e)
-	defer l.unlock(e)
+	l.lockGather(e)
+	defer l.scatterUnlock(e)
 	t := l.nanos(now)
 	d := l.debts.open(e)
 	if d.share == nil || d.share.Limit() != share {

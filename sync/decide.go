@@ -17,17 +17,8 @@ const maxFetches = 3
 
 // slow decides when the key has no local allowance (or is new).
 func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	if l.closed.Load() {
-		return hybridlimit.Result{}, ErrClosed
-	}
-	if err := limit.Validate(); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
-	}
-	if err := limit.CheckCost(cost); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
-	}
-	if err := hybridlimit.CheckKey(key); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	if err := l.checkCall(key, limit, cost); err != nil {
+		return hybridlimit.Result{}, err
 	}
 	shards, err := l.shardCount(key, limit)
 	if err != nil {
@@ -44,9 +35,8 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			return l.degraded(nil, now, key, limit, cost), nil
 		}
 		home := e
-		if m := e.maxCost(limit); cost > m { // whatever the allowance at hand could pay
-			return hybridlimit.Result{}, fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
-				hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
+		if err := e.checkCost(limit, cost); err != nil {
+			return hybridlimit.Result{}, err
 		}
 		if n := l.pay(e, cost); n >= 0 {
 			return l.admitted(e, limit, n, src), nil
@@ -55,8 +45,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			continue
 		}
 		if e.shards > 1 {
-			var r hybridlimit.Result
-			var done bool
+			r, done := hybridlimit.Result{}, false
 			if e, r, done = l.fallOver(e, limit, cost, now, src); done {
 				return r, nil
 			}
@@ -70,13 +59,13 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			// Not a denial of the limit's: the failure policy decides.
 			return l.degraded(home, now, key, limit, cost), nil
 		}
-		if (l.cfg.mode == Optimistic && e.synced.Load()) || gaveUp || l.emptied(e, now) {
+		if !l.mode.fetches(e) || gaveUp || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
-			l.flag(e, 0)
+			l.flag(e, 0, true)
 			l.stats.deniedLocal.Inc()
 			return denied(limit, l.cfg.interval, src), nil
 		}
-		l.flag(e, cost)
+		l.flag(e, cost, false)
 		if !waited {
 			l.stats.waits.Add(1)
 			waited = true
@@ -91,6 +80,24 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	}
 }
 
+// checkCall returns ErrClosed after Close, and the error of an invalid
+// limit, cost or key.
+func (l *Limiter) checkCall(key string, limit hybridlimit.Limit, cost int64) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := limit.Validate(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := hybridlimit.CheckKey(key); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
 // unreachable reports whether Redis cannot be asked for e's key: its
 // node's breaker is open; or the decision's fetches failed or it gives up
 // on them (stuck) while e's message got no reply, still waits for one, or
@@ -100,7 +107,7 @@ func (l *Limiter) unreachable(e *entry, stuck bool) bool {
 	if l.nodes.of(int(e.group)).breaker.isOpen() {
 		return true
 	}
-	fetchless := l.cfg.mode == Optimistic && e.synced.Load()
+	fetchless := !l.mode.fetches(e)
 	if !stuck && !fetchless {
 		return false
 	}
@@ -142,9 +149,9 @@ func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.base)) }
 
 // at returns the time a decision at now is made at: the clock's for the
 // zero time, and never before the limiter was made. Entries keep their
-// times from then on (nanos), and an earlier one read as "not yet" for
-// every deadline Redis never set: a fresh key was denied for the whole
-// gap, and a split key's turn went negative and indexed out of range.
+// times from then on (nanos), in which an earlier time would read as "not
+// yet" for every deadline Redis never set, and make a split key's turn
+// negative.
 func (l *Limiter) at(now time.Time) time.Time {
 	if now.IsZero() {
 		return l.cfg.clock.Now()
@@ -261,7 +268,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			return e, nil
 		}
 		if l.tracked.Load() >= int64(l.cfg.maxKeys) {
-			return nil, fmt.Errorf("%w: %d", ErrTooManyKeys, l.cfg.maxKeys)
+			return nil, fmt.Errorf("%w: %d", errTooManyKeys, l.cfg.maxKeys)
 		}
 		// A new entry starts at the limiter's clock, not the caller's
 		// time (AllowAt): its idle hold, demand and schedule count on that
@@ -274,13 +281,13 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			l.sched.at(e, l.nanos(now))
 		}
 		if owed > 0 {
-			l.lock(e)
+			l.lockGather(e)
 			if !e.dead.Load() {
 				e.issued += owed
 				l.debts.add(e, owed, since)
 				owed = 0
 			}
-			l.unlock(e)
+			l.scatterUnlock(e)
 		}
 		if !e.dead.Load() {
 			return e, nil
@@ -301,7 +308,7 @@ func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
 	if !e.denialHolds(limit) {
 		e.denyUntil.Store(0)
 	}
-	l.lock(e)
+	l.lockGather(e)
 	lowered := partOf(limit, int(e.shard), int(e.shards)).Burst < partLimit(e).Burst
 	e.limit.Store(l.limits.get(limit))
 	if lowered {
@@ -310,7 +317,7 @@ func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
 			l.stats.dropped.Add(uint64(n))
 		}
 	}
-	l.unlock(e)
+	l.scatterUnlock(e)
 }
 
 // newEntry returns the entry named name of part j of key in layout at.
@@ -323,8 +330,7 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		gen:    int32(at.gen),
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
-		lastAt: l.nanos(now),
-		usedAt: l.nanos(now),
+		use:    usage{lastAt: l.nanos(now), usedAt: l.nanos(now)},
 		due:    -1,
 	}
 	e.limit.Store(l.limits.get(limit))
@@ -378,17 +384,23 @@ func (l *Limiter) sumParts(e *entry) {
 	}
 }
 
-// flag asks for an early sync of e, adding cost to what it waits for.
-func (l *Limiter) flag(e *entry, cost int64) {
-	l.lock(e)
+// flag asks for an early sync of e, adding cost to what it waits for, and
+// wakes the loop for it unless the caller fetches itself (the fetch's
+// round takes the flagged entries; a loop woken for it would only run a
+// round of whatever else was due a little early).
+func (l *Limiter) flag(e *entry, cost int64, wake bool) {
+	l.lockGather(e)
 	e.waiting += cost
 	already := e.flagged
 	e.flagged = true
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if !already {
 		l.flagMu.Lock()
 		l.flagged = append(l.flagged, e)
 		l.flagMu.Unlock()
+	}
+	if !wake {
+		return
 	}
 	select {
 	case l.wake <- struct{}{}:
@@ -425,25 +437,16 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 		}
 		return nil, err
 	})
-	if _, real := l.cfg.clock.(systemClock); !real {
-		// An injected clock (a simulation) does not move while we wait: a
-		// wall-clock deadline would cut rounds short at random. Wait for
-		// the round, bounded by ctx and the round timeout.
-		select {
-		case res := <-ch:
-			return res.Err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	timer := time.NewTimer(deadline.Sub(l.cfg.clock.Now()))
-	defer timer.Stop()
+	// On the limiter's clock: one in virtual time does not move while a
+	// simulation's decision waits, and the round decides.
+	expired, stop := after(l.cfg.clock, deadline.Sub(l.cfg.clock.Now()))
+	defer stop()
 	select {
 	case res := <-ch:
 		return res.Err
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-timer.C:
+	case <-expired:
 		// Only the round's own outcome counts for the breakers: a
 		// decision's patience says nothing certain about Redis.
 		return errFetchTimeout

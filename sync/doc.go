@@ -1,16 +1,59 @@
 // Package sync is the hybrid rate limiter: an in-memory allowance per key,
 // spent in nanoseconds, reconciled in the background with one global token
-// bucket per key in Redis through batched Lua scripts.
-//
-// Import it under another name, since it shadows the standard library's
-// sync:
+// bucket per key in Redis through batched Lua scripts. Import it under
+// another name, since it shadows the standard library's sync:
 //
 //	import hlsync "github.com/hybridlimit/hybridlimit/sync"
 //
 // Start with New, Limiter.Start and Limiter.Allow; docs/design.md explains
-// the protocol, the key layout and each mode's overshoot bound. Each Result
-// says in Source whether it came from local allowance, a Redis round trip
-// or the failure policy. Limiter.Stats reports plain counters, histograms
-// of round duration and size, and failed Redis calls by ErrorClass; package
-// metrics exports them to Prometheus.
+// the protocol, the key layout and each mode's bounds, and package metrics
+// exports Limiter.Stats to Prometheus.
 package sync
+
+// Where things are. Each part can be read, and changed, without the others:
+//
+//	limiter.go    Limiter, New, the decisions' API and their fast path, key names
+//	decide.go     the slow path: entries, fetches, split keys' parts, the failure policy
+//	entry.go      a key's state on this instance, and its allowance counters
+//	stripes.go    a hot key's allowance spread over one counter per CPU
+//	table.go      the lock-free map from keys to entries
+//	policy.go     the lease policy: pure functions of a holding (no Redis, no locks)
+//	round.go      the protocol: a round's messages composed, replies applied
+//	mode.go       what the two modes do differently; reserve.go, optimistic.go
+//	transport.go  calls by slot group, pipelines per node, NOSCRIPT, WAIT, decoding
+//	loop.go       the loop's step (production ticks it, the simulator steps it), Close
+//	schedule.go   the timing wheel of entries' next syncs
+//	clock.go      Clock, and a ticker on it
+//	nodes.go      one breaker per Redis master, probes, Ping
+//	debt.go       what the failure policy admitted, owed to Redis
+//	reshard.go    automatic sharding: moving a key between layouts
+//	heat.go       the sketch that finds hot keys
+//	stats.go      Stats; histogram.go, errclass.go its parts
+//	options.go    the options
+//
+// The words the code uses:
+//
+//	allowance   tokens this instance may spend for a key without asking (avail)
+//	lease       the allowance a Reserve key holds ahead of its demand
+//	demand      a key's measured rate of consumption on this instance (usage)
+//	holding     the policy's snapshot of one key: limit, demand, held, bucket left
+//	low mark    what a key holds when it tops up its lease
+//	stretch     the factor by which a key far under its limit holds more than its lease
+//	low limit   a limit too low to lease ahead: each request fetches its cost
+//	issued      tokens handed to the allowance in all; issued - avail were admitted
+//	ledger      a per-instance record in the key's hash ("l:" id): the last
+//	            sequence number applied, the epoch, the total granted or reported
+//	total       the ledger's running sum, which messages state absolutely
+//	base        the total as the instance last heard it (acked)
+//	epoch       the first sequence number of an entry: a new epoch, a new total
+//	owed, debt  cost the failure policy admitted that Redis has not yet taken
+//	share       the instance's part of a limit while its failure policy decides
+//	round       one batch of messages: prepared, sent, applied
+//	fetch       a round run on demand by decisions that found no allowance
+//	flagged     an entry a decision asked to sync before its turn
+//	part        one of the buckets a split key's limit is divided over
+//	home        the part an instance spends first (sharding.Home)
+//	layout      how a key is split: shards and generation
+//	generation  0 for the configured layout; each reshard makes the next
+//	marker      what a closed part holds: the layout the key moved to
+//	node        a Redis master, with its breaker

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"math/bits"
 	"runtime"
 	stdsync "sync"
@@ -60,11 +61,8 @@ type entry struct {
 	sentAt   int64         // when the message in flight was prepared, ns of the limiter's clock, as are the times below
 	grantAt  int64         // Optimistic: when the message that brought the allowance was prepared
 	waiting  int64         // cost of decisions waiting for allowance
-	lastUsed int64         // consumption at the previous round, for the demand estimate
-	lastAt   int64         // time of the previous round
-	demand   float64       // tokens per second, smoothed
+	use      usage         // the demand estimate
 	nextSync int64         // when the loop should reconcile this entry next
-	usedAt   int64         // when a round last saw consumption (or the entry's first round)
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 	heardAt  atomic.Int64  // when Redis last answered for this entry, or when it was made
@@ -79,6 +77,16 @@ func (e *entry) maxCost(limit hybridlimit.Limit) int64 {
 		return limit.Burst // no division on a whole key's fast path
 	}
 	return limit.Burst / int64(e.shards)
+}
+
+// checkCost refuses a cost that no allowance at hand could pay: more than
+// maxCost.
+func (e *entry) checkCost(limit hybridlimit.Limit, cost int64) error {
+	if m := e.maxCost(limit); cost > m {
+		return fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+			hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
+	}
+	return nil
 }
 
 // denialHolds reports whether the denial e remembers (denyUntil) holds

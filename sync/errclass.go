@@ -13,37 +13,24 @@ import (
 	"github.com/hybridlimit/hybridlimit/lua"
 )
 
-// ErrorClass sorts the failed calls to Redis that Stats.Errors counts, by
-// what a operator would do about them.
+// ErrorClass sorts the failed calls to Redis that Stats.Errors counts by
+// what an operator would do about them (docs/design.md 6.9 lists what
+// falls in each).
 type ErrorClass uint8
 
+// The classes; NumErrorClasses sizes arrays indexed by them.
 const (
-	// ErrorTimeout: no reply in time. The round timeout or another context
-	// deadline passed, a socket read or write timed out, no pooled
-	// connection freed up in time, or too few replicas acknowledged a
-	// durable sync in time (ErrNotDurable). A refused connection shows as a timeout
-	// too when the client is still retrying the dial at the deadline
-	// (go-redis tries 5 times, some 0.4s in all).
-	ErrorTimeout ErrorClass = iota
-	// ErrorConnection: the connection failed. Refused, reset, closed
-	// mid-reply, no route, or the client was closed.
-	ErrorConnection
-	// ErrorReply: Redis answered with an error, such as OOM, NOSCRIPT even
-	// after the EVAL retry, CLUSTERDOWN, READONLY, BUSY, or MOVED or ASK
-	// once the client's redirects ran out.
-	ErrorReply
-	// ErrorMalformed: Redis answered, but not in the shape the script
-	// returns (lua.ErrMalformedReply).
-	ErrorMalformed
-	// ErrorOther: anything else, a cancelled context among them.
-	ErrorOther
-	// NumErrorClasses is the number of classes, for arrays indexed by them.
+	ErrorTimeout    ErrorClass = iota // no reply in time (a deadline, a socket timeout, too few replicas under WithDurableSync)
+	ErrorConnection                   // refused, reset, closed, no route
+	ErrorReply                        // Redis answered an error: OOM, CLUSTERDOWN, READONLY, BUSY, ...
+	ErrorMalformed                    // a reply not of the script's shape (lua.ErrMalformedReply)
+	ErrorOther                        // anything else, a cancelled context among them
 	NumErrorClasses
 )
 
 var errorClassNames = [NumErrorClasses]string{"timeout", "connection", "error_reply", "malformed_reply", "other"}
 
-// String returns the class's name as metrics label it, such as "error_reply".
+// String returns the class's metrics label, such as "error_reply".
 func (c ErrorClass) String() string {
 	if c < NumErrorClasses {
 		return errorClassNames[c]
@@ -65,7 +52,7 @@ func classify(err error) ErrorClass {
 		return ErrorMalformed
 	case errors.As(err, &reply):
 		return ErrorReply
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, ErrNotDurable),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, errNotDurable),
 		errors.As(err, &nerr) && nerr.Timeout():
 		return ErrorTimeout
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),

@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 			// refilled: the frozen limit alone would fetch per decision.
 			// Not stretched: the bound below is a lease of k intervals,
 			// and the limiters keep syncing every interval.
-			hlsync.WithLowLimitThreshold(0), hlsync.WithLeaseStretch(1))
+			hlsync.WithLowLimitThreshold(0), hlsync.WithTuning(hlsync.Tuning{LeaseStretch: 1}))
 		var next atomic.Int64
 		load := redistest.StartLoad(2*n, func(ctx context.Context) (bool, error) {
 			l := ls[next.Add(1)%n]

@@ -5,21 +5,14 @@ import (
 	"sync/atomic"
 )
 
-// Histogram is a snapshot of one of a Limiter's histograms, in the shape
-// Prometheus exposes: Buckets[i] counts the observations at most
-// Bounds[i], so it never decreases with i, and Count counts them all,
-// those above the last bound too. The bounds are fixed by this package
-// (see Stats), so an adapter reads them here rather than repeating them.
+// Histogram is a snapshot of a histogram in Prometheus's shape: Buckets[i]
+// counts the observations at most Bounds[i] (ascending, a copy per
+// snapshot), Count all of them, Sum their total.
 type Histogram struct {
-	// Bounds are the buckets' upper bounds, ascending, in the histogram's
-	// unit. Each snapshot has its own copy.
-	Bounds []float64
-	// Buckets are the cumulative counts, one per bound.
+	Bounds  []float64
 	Buckets []uint64
-	// Count is the number of observations.
-	Count uint64
-	// Sum is the sum of the observations, in the histogram's unit.
-	Sum float64
+	Count   uint64
+	Sum     float64
 }
 
 // histSpec fixes a histogram's buckets and units.

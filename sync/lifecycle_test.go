@@ -31,30 +31,32 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 	bad := map[string]hlsync.Option{
-		"nil option":         nil,
-		"zero interval":      hlsync.WithSyncInterval(0, 0.1),
-		"NaN jitter":         hlsync.WithSyncInterval(time.Second, math.NaN()),
-		"huge jitter":        hlsync.WithSyncInterval(time.Second, 2),
-		"zero keys per call": hlsync.WithMaxKeysPerCall(0),
-		"negative wait":      hlsync.WithMaxWait(-time.Second),
-		"tiny round timeout": hlsync.WithRoundTimeout(time.Microsecond),
-		"NaN lookahead":      hlsync.WithLeaseLookahead(math.NaN()),
-		"zero stretch":       hlsync.WithLeaseStretch(0),
-		"huge stretch":       hlsync.WithLeaseStretch(1 << 20),
-		"NaN stripe demand":  hlsync.WithStripeDemand(math.NaN()),
-		"negative stripes":   hlsync.WithStripeDemand(-1),
-		"zero groups":        hlsync.WithSlotGroups(0),
-		"zero max keys":      hlsync.WithMaxKeys(0),
-		"brace prefix":       hlsync.WithPrefix("a{b"),
-		"bad instance id":    hlsync.WithInstanceID("a b"),
-		"empty instance id":  hlsync.WithInstanceID(""),
-		"unknown policy":     hlsync.WithFailurePolicy(hlsync.FailurePolicy(9)),
-		"unknown mode":       hlsync.WithMode(hlsync.Mode(7)),
-		"negative budget":    hlsync.WithOvershootBudget(-0.5),
-		"NaN budget":         hlsync.WithOvershootBudget(math.NaN()),
-		"infinite threshold": hlsync.WithLowLimitThreshold(math.Inf(1)),
-		"nil logger":         hlsync.WithLogger(nil),
-		"nil clock":          hlsync.WithClock(nil),
+		"nil option":             nil,
+		"zero interval":          hlsync.WithSyncInterval(0, 0.1),
+		"NaN jitter":             hlsync.WithSyncInterval(time.Second, math.NaN()),
+		"huge jitter":            hlsync.WithSyncInterval(time.Second, 2),
+		"negative keys per call": hlsync.WithTuning(hlsync.Tuning{MaxKeysPerCall: -1}),
+		"huge keys per call":     hlsync.WithTuning(hlsync.Tuning{MaxKeysPerCall: 10001}),
+		"negative wait":          hlsync.WithMaxWait(-time.Second),
+		"tiny round timeout":     hlsync.WithRoundTimeout(time.Microsecond),
+		"NaN lookahead":          hlsync.WithTuning(hlsync.Tuning{LeaseLookahead: math.NaN()}),
+		"tiny lookahead":         hlsync.WithTuning(hlsync.Tuning{LeaseLookahead: 0.1}),
+		"negative stretch":       hlsync.WithTuning(hlsync.Tuning{LeaseStretch: -1}),
+		"huge stretch":           hlsync.WithTuning(hlsync.Tuning{LeaseStretch: 1 << 20}),
+		"NaN stripe demand":      hlsync.WithTuning(hlsync.Tuning{StripeDemand: math.NaN()}),
+		"negative groups":        hlsync.WithTuning(hlsync.Tuning{SlotGroups: -1}),
+		"too many groups":        hlsync.WithTuning(hlsync.Tuning{SlotGroups: 1 << 20}),
+		"zero max keys":          hlsync.WithMaxKeys(0),
+		"brace prefix":           hlsync.WithPrefix("a{b"),
+		"bad instance id":        hlsync.WithInstanceID("a b"),
+		"empty instance id":      hlsync.WithInstanceID(""),
+		"unknown policy":         hlsync.WithFailurePolicy(hlsync.FailurePolicy(9)),
+		"unknown mode":           hlsync.WithMode(hlsync.Mode(7)),
+		"negative budget":        hlsync.WithOvershootBudget(-0.5),
+		"NaN budget":             hlsync.WithOvershootBudget(math.NaN()),
+		"infinite threshold":     hlsync.WithLowLimitThreshold(math.Inf(1)),
+		"nil logger":             hlsync.WithLogger(nil),
+		"nil clock":              hlsync.WithClock(nil),
 	}
 	for name, opt := range bad {
 		if l, err := hlsync.New(c, opt); err == nil || l != nil {
@@ -346,7 +348,7 @@ func TestCostAboveBurstAfterLimitShrinks(t *testing.T) {
 // clock got there (for ever, past the range of nanoseconds).
 func TestCallerTimeAheadStillIdles(t *testing.T) {
 	for _, years := range []int{-1, 0, 400} { // -1: now; 0: a day ahead
-		clk := newFakeClock()
+		clk := hlsync.NewFakeClock()
 		l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0))
 		ctx := context.Background()
 		at := clk.Now()
@@ -357,7 +359,7 @@ func TestCallerTimeAheadStillIdles(t *testing.T) {
 			t.Fatalf("first decision = %+v, %v", r, err)
 		}
 		for range 360 { // an hour of rounds, 10 s apart
-			clk.now.Add(int64(10 * time.Second))
+			clk.Advance(10 * time.Second)
 			_ = l.Sync(ctx)
 		}
 		if s := l.Stats(); s.Outstanding != 0 || s.Keys != 0 {
@@ -371,7 +373,7 @@ func TestCallerTimeAheadStillIdles(t *testing.T) {
 // split key's first decision indexed its parts out of range (a panic).
 func TestCallerTimeBeforeStart(t *testing.T) {
 	l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID("i0"),
-		hlsync.WithShards(func(key string, _ hybridlimit.Limit) int {
+		hlsync.WithSplitKeys(func(key string, _ hybridlimit.Limit) int {
 			if strings.HasPrefix(key, "split") {
 				return 16
 			}

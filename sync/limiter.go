@@ -3,8 +3,6 @@ package sync
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,48 +17,40 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/drive"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/lua"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
-// Errors a Limiter returns besides the shared ones of package hybridlimit.
-var (
-	// ErrClosed is returned by decisions after Close.
-	ErrClosed = errors.New("sync: limiter closed")
-	// ErrTooManyKeys is wrapped when a new key finds the table full and the
-	// failure policy cannot decide for it either.
-	ErrTooManyKeys = errors.New("sync: too many tracked keys")
-)
+// ErrClosed is returned by decisions after Close.
+var ErrClosed = errors.New("sync: limiter closed")
+
+// errTooManyKeys is why a new key finding the table full goes to the
+// failure policy.
+var errTooManyKeys = errors.New("sync: too many tracked keys")
 
 // Limiter is the hybrid rate limiter: each key's global token bucket lives
-// in Redis, and this instance spends allowance from it locally. A decision
-// with local allowance is one atomic subtraction: no lock, no allocation, no
-// I/O. A background loop reconciles every active key with Redis each sync
-// interval through one batched script call per slot group, pipelined per
-// node; see Mode for the two ways of reconciling and docs/design.md for the
-// protocol and its bounds.
+// in Redis, and this instance spends allowance from it locally, a decision
+// with allowance being one atomic subtraction (no lock, no allocation, no
+// I/O). A background loop reconciles the active keys every sync interval in
+// batched script calls (see Mode, and docs/design.md for the protocol and
+// its bounds). The limit comes with each decision, so one Limiter serves any
+// number of keys and limits; give distinct limits distinct keys.
 //
-// The limit is passed with each decision, so one Limiter serves any number
-// of keys and policies; a key names one limit, so use distinct keys for
-// distinct policies ("ip:1.2.3.4", "apikey:abc").
-//
-// New starts nothing. Start (or Run) starts the one background goroutine,
-// the sync loop, which Close stops after handing back unused allowance.
-// Decisions that find no local allowance fetch more themselves, coalesced
-// with every other waiting decision into one batched call, so a Limiter
-// works before Start too, only without background refills.
-//
-// A Limiter is safe for concurrent use.
+// New starts nothing; Start starts the loop, and Close stops it after
+// handing back unused allowance. Decisions out of allowance fetch it
+// themselves, so a Limiter works before Start too, without refills ahead
+// of demand. A Limiter is safe for concurrent use.
 type Limiter struct {
-	rdb  hybridlimit.Redis
-	cfg  config
-	ks   hybridlimit.Keyspace
-	tags []string // hash tag of each slot group
-	// perSlot keeps each script call to one slot group: needed on a
-	// cluster (WithCallPerSlotGroup forces it elsewhere).
-	perSlot bool
-	table   *table
+	rdb   hybridlimit.Redis
+	cfg   config
+	pol   policy
+	mode  mode
+	tr    transport
+	ks    hybridlimit.Keyspace
+	tags  []string // hash tag of each slot group
+	table *table
 	// parts holds the entries of split keys' parts other than this
 	// instance's home part, which is in table under the caller's key: a
 	// table of their own, so no caller's key can name one.
@@ -109,7 +99,10 @@ type Limiter struct {
 
 	life    stdsync.Mutex
 	running bool
+	driven  bool        // a drive.Driver steps the loop (the clock's owner)
 	looping atomic.Bool // the loop runs (and probes failing nodes)
+	chores  chores      // the loop's, when last done
+	probes  stdsync.WaitGroup
 	closed  atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
@@ -122,31 +115,14 @@ type Limiter struct {
 	closedCh    chan struct{}
 }
 
-// New returns a Limiter on rdb. It validates the options and starts nothing.
+// New returns a Limiter on rdb. It checks the options and starts nothing.
 func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	if err := hybridlimit.CheckClient(rdb); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
-	cfg := defaults()
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("sync: nil option")
-		}
-		if err := o.apply(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	cfg.finish()
-	if cfg.roundTimeout < cfg.durable.timeout {
-		return nil, fmt.Errorf("sync: round timeout %v is shorter than the durable-sync WAIT timeout %v: a round would end before its replicas could answer", cfg.roundTimeout, cfg.durable.timeout)
-	}
-	if (cfg.shards != nil || cfg.auto.Max > 0) && cfg.mode == Optimistic {
-		return nil, errors.New("sync: WithShards and WithAutoShards need Reserve mode")
-	}
-	if cfg.instanceID == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		cfg.instanceID = hex.EncodeToString(b[:])
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
 	}
 	ks, err := hybridlimit.NewKeyspace(cfg.prefix)
 	if err != nil {
@@ -159,9 +135,9 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	l := &Limiter{
 		rdb:      rdb,
 		cfg:      cfg,
+		pol:      cfg.leasePolicy(),
 		ks:       ks,
 		tags:     groupTags(cfg.groups),
-		perSlot:  cfg.perSlot || isCluster(rdb),
 		table:    newTable(),
 		parts:    newTable(),
 		fallback: fb,
@@ -172,17 +148,47 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		closedCh: make(chan struct{}),
 	}
 	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
+	l.mode = reserve{l}
+	if cfg.mode == Optimistic {
+		l.mode = optimistic{l, cfg.overshoot}
+	}
+	l.tr = l.transport()
 	// Sequence numbers start at the clock in microseconds, so a restarted
 	// instance that keeps its id still numbers above its past.
 	l.seq.Store(cfg.clock.Now().UnixMicro())
 	l.live.Store(1)
-	l.sched.tick = int64(l.tick())
+	l.sched.tick = int64(l.pol.tick())
 	l.nodes.init(cfg.groups, nodeName(rdb), cfg.logger, cfg.interval)
 	l.probeKeys = make([]string, cfg.groups)
 	for g, tag := range l.tags {
 		l.probeKeys[g] = ks.Tagged(tag, "probe")
 	}
+	if d, ok := cfg.clock.(drive.Driver); ok {
+		l.driven = true
+		l.looping.Store(true)
+		d.Drive(driven{l})
+	}
 	return l, nil
+}
+
+// transport returns the limiter's transport, its calls' header fixed.
+func (l *Limiter) transport() transport {
+	return transport{
+		rdb: l.rdb,
+		header: lua.SyncHeader{
+			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.wire(), Instance: l.cfg.instanceID,
+			AllowanceLifeUS: l.allowanceLife().Microseconds(),
+		}.Args(),
+		perSlot: l.cfg.perSlot || isCluster(l.rdb),
+		maxKeys: l.cfg.maxKeysPerCall,
+		durable: l.cfg.durable,
+		name: func(dst []byte, m *message) ([]byte, [lua.SyncKeys]int) {
+			return l.appendPartKeys(dst, m.e.owner, int(m.e.shard), m.e.layout(), m.group)
+		},
+		nodes: &l.nodes,
+		stats: &l.stats,
+		clock: l.cfg.clock,
+	}
 }
 
 // isCluster reports whether rdb is a cluster client, whose script calls
@@ -217,40 +223,12 @@ func (l *Limiter) group(key string) int {
 	return int(h.Sum32() % uint32(len(l.tags)))
 }
 
-// Keys returns the Redis keys of key's global bucket, a hash that also
-// holds every instance's ledger (field "l:" + instance id), and of its Optimistic
-// allowances, for inspection and tests.
-func (l *Limiter) Keys(key string) (bucket, allowances string) {
-	return l.PartKeys(key, 0, 1, 0)
-}
-
-// PartKeys is Keys for part j of a key split s ways, in the given
-// generation of its layout (0 for the configured one, WithShards; more
-// after automatic resharding, WithAutoShards). Part j lives in the slot
-// group sharding.Group assigns it, and its key names carry "#j.s" (and
-// ".gen" after the first generation) after the kind, so whole keys and the
-// parts of every layout never share a name. Values that name no part (s
-// outside [1, sharding.MaxShards], j outside [0, s), a negative
-// generation) return two empty names.
-func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, allowances string) {
-	if sharding.CheckShards(s) != nil || j < 0 || j >= s || generation < 0 {
-		return "", ""
-	}
-	return l.partKeys(key, j, layout{s, generation})
-}
-
-// Layout returns how this instance knows key to be split: into shards
-// parts, of the given layout generation; 1, 0 for a whole key or one it
-// does not track.
-func (l *Limiter) Layout(key string) (shards, generation int) {
-	if e := l.table.get(key); e != nil && !e.dead.Load() {
-		return int(e.shards), int(e.gen)
-	}
-	return 1, 0
-}
-
-// partKeys names the keys of part j of key in layout at; a generation
-// after the first adds ".gen" to the part's suffix.
+// partKeys names the Redis keys of part j of key in layout at: its global
+// bucket, a hash that also holds every instance's ledger (field "l:" and
+// the instance id), and its Optimistic allowances. Part j lives in the
+// slot group sharding.Group assigns it, and a split key's names carry
+// "#j.s" after the kind (and ".gen" after the first generation), so whole
+// keys and the parts of every layout never share a name.
 func (l *Limiter) partKeys(key string, j int, at layout) (bucket, allowances string) {
 	b, ends := l.appendPartKeys(nil, key, j, at, l.partGroup(key, j, at.shards))
 	names := string(b)
@@ -284,7 +262,7 @@ func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int
 }
 
 // shardCount returns how many parts key is split into under limit: what
-// WithShards says, as far as the limit splits (sharding.Fit).
+// WithSplitKeys says, as far as the limit splits (sharding.Fit).
 func (l *Limiter) shardCount(key string, limit hybridlimit.Limit) (int, error) {
 	if l.cfg.shards == nil {
 		return 1, nil
@@ -321,26 +299,16 @@ func (l *Limiter) InstanceID() string { return l.cfg.instanceID }
 func (l *Limiter) Mode() Mode { return l.cfg.mode }
 
 // Peek reports key's state under limit as this instance knows it, without
-// spending and without asking Redis: Remaining is the allowance it holds
-// plus what the key's global bucket held at its last sync (as decisions
-// report it), Allowed whether a request of cost 1 would find a token by
-// that reckoning, RetryAfter how long Redis said the bucket stays empty.
-// A key the instance does not track reads as full, as an absent bucket
-// does in Redis. It is for reporting, such as the quota in the headers of
-// a request refused unasked (httplimit, a cost above the burst), not for
+// spending or asking Redis: the allowance it holds plus what the bucket
+// held at its last sync (a key it does not track reads as full). For
+// reporting, such as the headers of a request refused unasked, not for
 // deciding: other instances may have spent since.
 func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return hybridlimit.Result{}, err
 	}
-	if l.closed.Load() {
-		return hybridlimit.Result{}, ErrClosed
-	}
-	if err := limit.Validate(); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
-	}
-	if err := hybridlimit.CheckKey(key); err != nil {
-		return hybridlimit.Result{}, fmt.Errorf("sync: %w", err)
+	if err := l.checkCall(key, limit, 1); err != nil {
+		return hybridlimit.Result{}, err
 	}
 	r := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceLocal}
 	e := l.table.get(key)
@@ -367,31 +335,18 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 	return r, nil
 }
 
-// Refund gives back cost that decisions on key under limit admitted, for
-// a request that did not go ahead (another rule of the request denied it,
-// say): the instance may spend it again, and in Reserve mode hands it back
-// to Redis at its next round if the key does not need it; in Optimistic
-// mode it is not reported, or, if it was, the next reports are that much
-// smaller. At most what this instance's entries for key admitted is given
-// back; for a key it no longer tracks nothing is (Redis keeps counting the
-// cost as spent: an undershoot, never an overshoot). Stats.Admitted counts
-// the refunded cost as admitted all the same, Stats.Refunded counts it.
-// Errors: an invalid limit, cost or key, ErrClosed, ctx.Err().
+// Refund gives back cost that decisions on key under limit admitted, for a
+// request that did not go ahead: this instance may spend it again, and
+// Redis gets it back (Reserve) or is not told of it (Optimistic). At most
+// what this instance admitted for the key is given back, nothing for a key
+// it no longer tracks (an undershoot, never an overshoot). Stats counts it
+// in Refunded, and in Admitted still.
 func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.closed.Load() {
-		return ErrClosed
-	}
-	if err := limit.Validate(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	if err := limit.CheckCost(cost); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	if err := hybridlimit.CheckKey(key); err != nil {
-		return fmt.Errorf("sync: %w", err)
+	if err := l.checkCall(key, limit, cost); err != nil {
+		return err
 	}
 	home := l.table.get(key)
 	if home == nil || home.dead.Load() {
@@ -407,30 +362,23 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 				continue
 			}
 		}
-		l.lock(e)
+		l.lockGather(e)
 		if n := min(cost, e.consumed()); n > 0 && !e.dead.Load() {
 			e.deposit(n)
 			cost -= n
 			l.stats.refunded.Add(uint64(n))
 		}
-		l.unlock(e)
+		l.scatterUnlock(e)
 	}
 	return nil
 }
 
-// Reset forgets key, as an operator does to unblock a client: the key's
-// global bucket reads as full again, and every instance forgets what it
-// holds of it and what its failure policy admitted for it at its next
-// message about the key (within a sync interval for a key in use), this
-// instance at once. For a key split into parts, the parts of the layout
-// this instance tracks the key in are reset, and of the layout the
-// configuration (WithShards) gives it under the limit it was last asked
-// with; an instance that does not track the key resets the whole key's
-// bucket only, so reset a split key from an instance that uses it. A
-// part a reshard has closed is left as it is: it names where the key went.
-// Errors: an invalid key, ErrClosed, ctx.Err(), and an error wrapping
-// hybridlimit.ErrUnavailable when Redis could not be asked (nothing is
-// forgotten then).
+// Reset forgets key: its bucket reads as full again, and every instance
+// forgets what it holds or owes for it at its next message about it (this
+// one at once). For a split key, the parts of the layouts this instance
+// knows it in are reset: reset a split key from an instance that uses it.
+// It fails, forgetting nothing, with an error wrapping
+// hybridlimit.ErrUnavailable when Redis cannot be asked.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -478,14 +426,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit
 	return l.AllowNAt(ctx, time.Time{}, key, limit, 1)
 }
 
-// AllowN reports whether a request of the given cost may happen now, and
-// spends the cost if so. See AllowNAt.
+// AllowN is AllowNAt at the limiter's clock's time.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	return l.AllowNAt(ctx, time.Time{}, key, limit, cost)
 }
 
-// ErrWouldExceedDeadline is returned by Wait when the wait the limiter
-// asks for ends after ctx's deadline: failing at once beats failing late.
+// ErrWouldExceedDeadline is what Wait returns at once when the wait it
+// would need ends past ctx's deadline.
 var ErrWouldExceedDeadline = errors.New("sync: wait would exceed the context deadline")
 
 // Wait is WaitN(ctx, key, limit, 1).
@@ -493,11 +440,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit hybridlimit.Limit)
 	return l.WaitN(ctx, key, limit, 1)
 }
 
-// WaitN blocks until a request of the given cost is admitted, sleeping for
-// each denial's RetryAfter, and returns nil once it is. It returns
-// ErrWouldExceedDeadline at once if a RetryAfter ends past ctx's deadline,
-// ctx.Err() if ctx ends first, ErrClosed if the limiter closes while it
-// sleeps, and any error AllowN returns.
+// WaitN blocks until a request of the given cost is admitted, sleeping on
+// the limiter's clock for each denial's RetryAfter. It returns
+// ErrWouldExceedDeadline, ctx.Err(), ErrClosed, or AllowN's error.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error {
 	for {
 		r, err := l.AllowN(ctx, key, limit, cost)
@@ -510,38 +455,29 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < r.RetryAfter {
 			return ErrWouldExceedDeadline
 		}
-		t := time.NewTimer(r.RetryAfter)
+		slept, stop := after(l.cfg.clock, r.RetryAfter)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			return ctx.Err()
 		case <-l.closedCh:
-			t.Stop()
+			stop()
 			return ErrClosed
-		case <-t.C:
+		case <-slept:
 		}
 	}
 }
 
-// AllowNAt is AllowN at time now; the zero time means the limiter's clock.
-// The time matters only when the key has no local allowance left.
-//
-// With allowance, the decision is local and immediate. Without, in Reserve
-// mode it asks Redis for more, waiting at most the max wait and ctx; in
-// Optimistic mode it is denied until the next round. While Redis cannot be
-// asked, the failure policy decides. Remaining and ResetAfter of an
-// admitted Result are as of this instance's last sync with Redis.
-//
-// Result.Source says which: SourceGlobal if the decision waited for a
-// fetch that Redis answered, SourceFallback if the failure policy decided,
-// else SourceLocal (spent from allowance, or denied from what this
-// instance knows). Setting it costs the fast path nothing: it is a
-// constant in the returned struct.
-//
-// Errors: an invalid limit, cost or key (wrapping the sentinels of package
-// hybridlimit), ErrClosed after Close, and ctx.Err() if ctx ends while the
-// decision waits. Redis failures never surface as errors: the failure
-// policy turns them into decisions, counted in Stats.
+// AllowNAt reports whether a request of the given cost may happen at now
+// (the zero time: the limiter's clock), and spends the cost if so. With
+// local allowance it decides at once. Without, in Reserve mode it asks
+// Redis, waiting at most the max wait and ctx; in Optimistic mode a synced
+// key is denied until the next round. While Redis cannot be asked the
+// failure policy decides. Result.Source says which (SourceLocal,
+// SourceGlobal, SourceFallback); Remaining and ResetAfter are as of the
+// last sync. Errors: an invalid limit, cost or key (the sentinels of
+// package hybridlimit), ErrClosed, ctx.Err(); Redis's failures are never
+// errors, but decisions of the failure policy, counted in Stats.
 func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 && cost <= e.maxCost(limit) {
 		if n := e.spend(cost); n >= 0 {

@@ -108,7 +108,7 @@ func sum(xs []int64) int64 {
 // through the sync script with a message that grants nothing.
 func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) int64 {
 	t.Helper()
-	return probeBucket(t, c, prefix, key, limit, groups)[1]
+	return probeBucket(t, c, prefix, key, limit, groups).Remaining
 }
 
 // taken asks Redis how many tokens key's global bucket is short of full,
@@ -116,29 +116,30 @@ func remaining(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 // full.
 func taken(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) int64 {
 	t.Helper()
-	resetUS := probeBucket(t, c, prefix, key, limit, groups)[3]
+	resetUS := probeBucket(t, c, prefix, key, limit, groups).ResetUS
 	return int64(math.Round(float64(resetUS) * float64(limit.Rate) / float64(limit.Period.Microseconds())))
 }
 
 // probeBucket returns the sync script's reply for key, to a message that
 // grants nothing.
-func probeBucket(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) []int64 {
+func probeBucket(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) lua.SyncReply {
 	t.Helper()
-	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"), hlsync.WithSlotGroups(groups))
+	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"), hlsync.WithTuning(hlsync.Tuning{SlotGroups: groups}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bucket, allow := probe.Keys(key)
-	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, 0, 60000, "r", "probe", 1000,
-		lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
+	h := lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000}.Args()
+	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, append(h[:],
+		lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := lua.DecodeInts(reply, lua.SyncReplyLen)
-	if err != nil {
+	var v [1]lua.SyncReply
+	if err := lua.ParseSyncReplies(reply, v[:]); err != nil {
 		t.Fatal(err)
 	}
-	return v
+	return v[0]
 }
 
 // TestReserveNeverExceedsBudget hammers one frozen key from four
@@ -180,7 +181,7 @@ func TestReserveNeverExceedsBudget(t *testing.T) {
 				limit := frozen(burst)
 				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(interval, 0.1), hlsync.WithFailurePolicy(run.policy)}
 				if run.striped {
-					opts = append(opts, hlsync.WithStripeDemand(0))
+					opts = append(opts, hlsync.WithTuning(hlsync.Tuning{StripeDemand: -1}))
 				}
 				ls := newLimiters(t, 4, newClient, opts...)
 				admitted, err := hammer(ls, 8, "hot", limit, burst, 2*interval)
@@ -273,7 +274,7 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 					opts = append(opts, hlsync.WithOvershootBudget(tc.budget))
 				}
 				if tc.striped {
-					opts = append(opts, hlsync.WithStripeDemand(0))
+					opts = append(opts, hlsync.WithTuning(hlsync.Tuning{StripeDemand: -1}))
 				}
 				ls := newLimiters(t, n, newClient, opts...)
 				for _, l := range ls { // let presence count the instances
@@ -582,9 +583,9 @@ func TestSpreadAllowancePaysOnEmptyBucket(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("one P: nothing is spread")
 	}
-	for _, stripe := range []float64{0, math.Inf(1)} {
+	for _, stripe := range []float64{-1, math.Inf(1)} {
 		l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)),
-			hlsync.WithSyncInterval(time.Second, 0), hlsync.WithStripeDemand(stripe))
+			hlsync.WithSyncInterval(time.Second, 0), hlsync.WithTuning(hlsync.Tuning{StripeDemand: stripe}))
 		if err != nil {
 			t.Fatal(err)
 		}

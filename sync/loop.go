@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	stdsync "sync"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/drive"
 	"github.com/hybridlimit/hybridlimit/lua"
 )
 
-// ErrRunning is returned by Start and Run when the loop already runs.
+// ErrRunning is what Start and Run return when the loop already runs.
 var ErrRunning = errors.New("sync: loop already running")
 
-// Start runs the sync loop in a new goroutine until Close. It is Run in a
-// goroutine that Close waits for.
+// Start runs the loop in a goroutine until Close (Run, waited for by Close).
 func (l *Limiter) Start() error {
 	l.life.Lock()
 	defer l.life.Unlock()
@@ -25,8 +24,8 @@ func (l *Limiter) Start() error {
 	return nil
 }
 
-// Run runs the sync loop in the calling goroutine until ctx ends or Close
-// is called, and returns nil after Close or ctx.Err().
+// Run runs the loop until ctx ends or Close, and returns ctx.Err() or nil
+// after Close.
 func (l *Limiter) Run(ctx context.Context) error {
 	l.life.Lock()
 	err := l.claimLoop()
@@ -42,7 +41,7 @@ func (l *Limiter) claimLoop() error {
 	switch {
 	case l.closed.Load():
 		return ErrClosed
-	case l.running:
+	case l.running || l.driven:
 		return ErrRunning
 	}
 	l.running = true
@@ -52,14 +51,15 @@ func (l *Limiter) claimLoop() error {
 	return nil
 }
 
+// loop steps every tick of the limiter's clock, and when a decision asks
+// for a round, until ctx ends or Close; each round is sent and finished
+// at once.
 func (l *Limiter) loop(ctx context.Context) error {
 	defer close(l.done)
 	defer l.looping.Store(false)
-	var probes stdsync.WaitGroup
-	defer probes.Wait()
-	t := time.NewTicker(l.tick())
+	defer l.probes.Wait()
+	t := newTicker(l.cfg.clock, l.pol.tick())
 	defer t.Stop()
-	var lastPresence, lastReshard time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -69,28 +69,47 @@ func (l *Limiter) loop(ctx context.Context) error {
 			return ctx.Err()
 		case <-l.stop:
 			return nil
-		case <-t.C:
+		case <-t.c:
 		case <-l.wake:
 		}
-		now := l.cfg.clock.Now()
-		l.refreshNodes(ctx, now)
-		for _, n := range l.nodes.all() {
-			if n.breaker.isOpen() {
-				l.probe(n, &probes)
-			}
-		}
-		if now.Sub(lastPresence) >= l.cfg.interval {
-			_ = l.Announce(ctx)
-			lastPresence = now
-		}
-		l.Sync(ctx)
-		if now.Sub(lastReshard) >= l.cfg.interval {
-			if err := l.Reshard(ctx); err != nil {
-				l.cfg.logger.Debug("sync: reshard", "err", err)
-			}
-			lastReshard = now
+		_ = l.exclusive(func() error {
+			r := l.step(ctx)
+			err := r.Send(ctx)
+			r.Finish()
+			return err
+		})
+	}
+}
+
+// chores holds when the loop's work of once an interval was last done.
+type chores struct {
+	presence, reshard time.Time
+}
+
+// step does the loop's work due at the clock's time: it points the slot
+// groups at the masters serving them, probes the nodes whose breakers are
+// open, records presence and runs automatic sharding once an interval,
+// and begins the round of the entries due or flagged, which the caller
+// sends and finishes. Steps never overlap.
+func (l *Limiter) step(ctx context.Context) *round {
+	now := l.cfg.clock.Now()
+	l.refreshNodes(ctx, now)
+	for _, n := range l.nodes.all() {
+		if n.breaker.isOpen() {
+			l.probe(n)
 		}
 	}
+	if now.Sub(l.chores.presence) >= l.cfg.interval {
+		_ = l.announce(ctx, true)
+		l.chores.presence = now
+	}
+	if now.Sub(l.chores.reshard) >= l.cfg.interval {
+		if err := l.reshardHot(ctx); err != nil {
+			l.cfg.logger.Debug("sync: reshard", "err", err)
+		}
+		l.chores.reshard = now
+	}
+	return l.beginRound()
 }
 
 // refreshNodes points each slot group at the master serving it now, on a
@@ -101,53 +120,46 @@ func (l *Limiter) refreshNodes(ctx context.Context, now time.Time) {
 	}
 }
 
-// Sync runs one reconcile round now, for every entry that is due or
-// flagged, and evicts idle entries. The loop calls it every quarter sync
-// interval; call it yourself only to drive a Limiter without the loop. If
-// a round is already running, Sync waits for it instead. After Close it
-// returns ErrClosed.
-func (l *Limiter) Sync(ctx context.Context) error {
+// syncRound runs one reconcile round now, for every entry that is due or
+// flagged, without the loop's other work; if a round is already running
+// it waits for that one instead. After Close it returns ErrClosed: the
+// final round handed everything back, and a round now would lease again
+// with nothing to return it.
+func (l *Limiter) syncRound(ctx context.Context) error {
 	if l.closed.Load() {
-		// The final round handed everything back: a round now would
-		// lease again, and nothing would return it.
 		return ErrClosed
 	}
 	return l.exclusive(func() error {
-		r := l.BeginRound()
+		r := l.beginRound()
 		err := r.Send(ctx)
 		r.Finish()
 		return err
 	})
 }
 
-// Round is one reconcile round split into its steps, so that a simulator
-// in virtual time can let time pass between sending and the replies'
-// arrival. Sync runs the same three steps back to back.
-type Round struct {
-	r *round
-}
-
-// BeginRound prepares a message for every entry due or flagged at the
-// clock's time, and evicts idle entries now and then. Rounds must not
-// overlap: use either the loop or BeginRound, not both.
-func (l *Limiter) BeginRound() *Round {
+// beginRound prepares a message for every entry due or flagged at the
+// clock's time, and evicts idle entries now and then.
+func (l *Limiter) beginRound() *round {
 	if l.closed.Load() {
-		return &Round{r: &round{l: l}} // nothing to say after Close (see Sync)
+		return &round{l: l} // nothing to say after Close (see syncRound)
 	}
 	now := l.cfg.clock.Now()
-	return &Round{r: l.prepare(now, l.sweep(now), false)}
+	return l.prepare(now, l.sweep(now), false)
 }
 
+// Messages returns the number of keys the round carries.
+func (r *round) Messages() int { return len(r.msgs) }
+
 // Send sends the round's script calls, bounded by the round timeout.
-func (r *Round) Send(ctx context.Context) error {
-	l := r.r.l
-	if len(r.r.msgs) == 0 {
+func (r *round) Send(ctx context.Context) error {
+	l := r.l
+	if len(r.msgs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
 	defer cancel()
 	start := time.Now()
-	err := r.r.exec(ctx)
+	err := l.tr.send(ctx, r.msgs)
 	l.stats.rounds.Add(1)
 	l.stats.lastRound.Store(int64(time.Since(start)))
 	if err != nil {
@@ -157,17 +169,35 @@ func (r *Round) Send(ctx context.Context) error {
 }
 
 // Finish applies the replies at the clock's time.
-func (r *Round) Finish() { r.r.apply(r.r.l.cfg.clock.Now()) }
+func (r *round) Finish() { r.apply(r.l.cfg.clock.Now()) }
 
-// Messages returns the number of keys the round carries.
-func (r *Round) Messages() int { return len(r.r.msgs) }
+// driven is a Limiter's loop as a drive.Driver steps it.
+type driven struct{ l *Limiter }
+
+func (d driven) Tick() time.Duration { return d.l.pol.tick() }
+
+func (d driven) Step(ctx context.Context) drive.Round { return d.l.step(ctx) }
+
+func (d driven) Woken() bool {
+	select {
+	case <-d.l.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d driven) Announce(ctx context.Context) error {
+	d.l.chores.presence = d.l.cfg.clock.Now()
+	return d.l.announce(ctx, true)
+}
 
 // sweep returns the entries flagged or due for a sync by the schedule,
 // and every quarter of the idle hold evicts the idle entries: the one walk
 // over every entry, which is why it is not made every tick.
 func (l *Limiter) sweep(now time.Time) []*entry {
 	due := l.sched.take(l.nanos(now), l.takeFlagged())
-	if now.Sub(l.swept) >= l.idleHold()/4 {
+	if now.Sub(l.swept) >= l.pol.idleHold()/4 {
 		l.swept = now
 		l.evictIdle(now)
 	}
@@ -179,18 +209,18 @@ func (l *Limiter) sweep(now time.Time) []*entry {
 func (l *Limiter) evictIdle(now time.Time) {
 	var idle []*entry
 	l.each(func(e *entry) {
-		l.lock(e)
+		l.lockGather(e)
 		if l.idle(now, e) {
 			idle = append(idle, e)
 		}
-		l.unlock(e)
+		l.scatterUnlock(e)
 	})
 	l.retiring.Lock()
 	defer l.retiring.Unlock()
 	for _, e := range idle {
-		l.lock(e)
+		l.lockGather(e)
 		gone := l.idle(now, e) && e.evict()
-		l.unlock(e)
+		l.scatterUnlock(e)
 		if gone {
 			l.tableOf(e).delete(e)
 			l.tracked.Add(-1)
@@ -204,7 +234,7 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.usedAt) < 2*l.idleHold() {
+	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.use.usedAt) < 2*l.pol.idleHold() {
 		return false
 	}
 	if !e.synced.Load() {
@@ -212,29 +242,7 @@ func (l *Limiter) idle(now time.Time, e *entry) bool {
 		// counts nothing for it, and it was given nothing.
 		return e.issued == 0 && e.avail.Load() == 0
 	}
-	if l.cfg.mode == Optimistic {
-		// Below acked only after a refund of what was reported: nothing
-		// left to say.
-		if e.consumed() > e.acked {
-			return false
-		}
-		e.take(e.avail.Load()) // self-issued allowance: nothing in Redis
-		return true
-	}
-	return e.avail.Load() == 0 && e.issued == e.acked
-}
-
-// Announce records this instance as alive in Redis and reads the live
-// instance count, which sizes the low-limit rule, the fallback shares and
-// the Optimistic allowances. The loop calls it every sync interval; call it
-// yourself only to drive a Limiter without the loop.
-// After Close it returns ErrClosed: recorded again, a closed instance
-// would count as live and shrink the others' shares.
-func (l *Limiter) Announce(ctx context.Context) error {
-	if l.closed.Load() {
-		return ErrClosed
-	}
-	return l.announce(ctx, true)
+	return l.mode.idle(e)
 }
 
 // announce records this instance in the presence set (or removes it) and
@@ -277,12 +285,11 @@ func (l *Limiter) presenceFailed(err error) {
 	}
 }
 
-// Close stops the loop, hands back unused allowance and reports consumption
-// in one final round, and removes this instance from the presence set. It
-// waits for the loop within ctx. A Close that failed (ctx ended, Redis
-// unreachable) can be called again to finish the work; once one has
-// returned nil, later calls return nil at once. Decisions after the first
-// Close return ErrClosed once the local allowance is spent.
+// Close stops the loop, hands back unused allowance and reports what was
+// admitted in a final round, and leaves the presence set. A Close that
+// failed (ctx ended, Redis unreachable) may be called again; after one
+// returned nil, later ones do at once. Decisions after Close return
+// ErrClosed once the local allowance is spent.
 func (l *Limiter) Close(ctx context.Context) error {
 	select {
 	case l.closing <- struct{}{}:
@@ -336,6 +343,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)
 	}
+	l.probes.Wait() // a driven loop's
 	_ = l.announce(ctx, false)
 	l.closedClean = true
 	return nil

@@ -121,15 +121,15 @@ func nodeName(rdb hybridlimit.Redis) string {
 // writes again: the presence script on a key of a slot group n serves,
 // which fails whenever a sync call would (out of memory, a stalled or dead
 // master). Its success closes n's breaker. One probe of a node is in
-// flight at a time; wg counts them for the loop, which waits for them
-// before it returns.
-func (l *Limiter) probe(n *node, wg *stdsync.WaitGroup) {
+// flight at a time; l.probes counts them for the loop and Close, which
+// wait for them.
+func (l *Limiter) probe(n *node) {
 	if !n.probing.CompareAndSwap(false, true) {
 		return
 	}
-	wg.Add(1)
+	l.probes.Add(1)
 	go func() {
-		defer wg.Done()
+		defer l.probes.Done()
 		defer n.probing.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.roundTimeout)
 		defer cancel()
@@ -149,14 +149,10 @@ func (l *Limiter) probeNode(ctx context.Context, n *node) error {
 	return err
 }
 
-// Ping checks that Redis takes the limiter's writes: it reads the
-// cluster's slot map and sends the probe (a write to a key of the node's
-// own, 6.6 of docs/design.md) to every master serving the limiter's slot
-// groups, or to the one server. New and Start never wait for Redis, so a
-// service that must not start blind calls Ping first and treats its error
-// as fatal. The error wraps hybridlimit.ErrUnavailable and names each node
-// that failed; the outcome also tells the node's breaker, as the loop's
-// probe does.
+// Ping checks that every master serving the limiter's slot groups (or the
+// one server) takes its writes. New and Start never wait for Redis: a
+// service that must not start blind calls Ping first. The error wraps
+// hybridlimit.ErrUnavailable and names each node that failed.
 func (l *Limiter) Ping(ctx context.Context) error {
 	if l.closed.Load() {
 		return ErrClosed

@@ -26,7 +26,7 @@ func TestOptimisticBudgetShared(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1)}
 	a := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("a"))...)
 	b := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("b"))...)
@@ -49,7 +49,7 @@ func TestOptimisticBudgetShared(t *testing.T) {
 		if r.Allowed {
 			admittedA++
 		}
-		clk.now.Add(int64(300 * time.Millisecond))
+		clk.Advance(300 * time.Millisecond)
 		_ = a.Sync(ctx)
 		_ = b.Sync(ctx)
 	}
@@ -70,7 +70,7 @@ func TestOptimisticBudgetLowLimit(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"),
 		hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1))
 	limit := hybridlimit.PerMinute(100)
@@ -85,7 +85,7 @@ func TestOptimisticBudgetLowLimit(t *testing.T) {
 			t.Logf("decision %d denied: %+v", i, r)
 		}
 		for range 2 { // two rounds a decision: the second has nothing to report
-			clk.now.Add(int64(300 * time.Millisecond))
+			clk.Advance(300 * time.Millisecond)
 			if err := l.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestOptimisticBudgetIdleKey(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"),
 		hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1))
 	limit := hybridlimit.PerSecond(1000)
@@ -113,7 +113,7 @@ func TestOptimisticBudgetIdleKey(t *testing.T) {
 		t.Fatalf("Allow = %+v, %v", r, err)
 	}
 	for range 48 { // 12s of rounds
-		clk.now.Add(int64(250 * time.Millisecond))
+		clk.Advance(250 * time.Millisecond)
 		if err := l.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,16 +14,16 @@ import (
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
-// Mode selects how a Limiter reconciles its local allowance with Redis.
+// Mode selects how a Limiter reconciles with Redis (docs/design.md 6.2).
 type Mode int
 
 const (
-	// Reserve (the default) takes allowance from the global bucket before
-	// spending it, so the total admitted never exceeds the global budget.
+	// Reserve (the default) takes allowance from the global bucket
+	// before spending it: the instances never admit more than it holds.
 	Reserve Mode = iota
-	// Optimistic spends first, against the last known global remaining,
-	// and reports what it spent each round. It never waits for Redis and
-	// may over-admit; see WithOvershootBudget for a bound.
+	// Optimistic spends first and reports each round: a synced key never
+	// waits for Redis, and the instances may over-admit (see
+	// WithOvershootBudget, and docs/design.md 6.3 for when to choose it).
 	Optimistic
 )
 
@@ -35,20 +37,15 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// FailurePolicy says what a decision does when Redis cannot be asked: it is
-// unreachable, too slow, or the breaker keeps it off the request path.
-// Allowance already held locally is spent in every policy, since Redis
-// granted it.
+// FailurePolicy says what decisions do while Redis cannot be asked
+// (unreachable, too slow, or its node's breaker open). Allowance held
+// locally is spent under every policy: Redis granted it.
 type FailurePolicy int
 
 const (
-	// FallbackLocal (the default) enforces, on each instance, its share of
-	// the limit: the limit divided by the live instance count last seen.
-	FallbackLocal FailurePolicy = iota
-	// FailOpen admits.
-	FailOpen
-	// FailClosed denies.
-	FailClosed
+	FallbackLocal FailurePolicy = iota // the default: each instance enforces its share of the limit
+	FailOpen                           // admit
+	FailClosed                         // deny
 )
 
 func (p FailurePolicy) String() string {
@@ -62,16 +59,6 @@ func (p FailurePolicy) String() string {
 	}
 	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
-
-// Clock tells the time. Inject one with WithClock to drive a Limiter in
-// virtual time; the default is the system clock.
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // Option configures a Limiter.
 type Option interface {
@@ -100,14 +87,11 @@ type config struct {
 	overshoot      float64
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
-	auto           AutoShards
+	auto           AutoSplit
 	perSlot        bool
-	durable        struct {
-		replicas int
-		timeout  time.Duration
-	}
-	logger *slog.Logger
-	clock  Clock
+	durable        durability
+	logger         *slog.Logger
+	clock          Clock
 }
 
 func defaults() config {
@@ -131,8 +115,7 @@ func defaults() config {
 	}
 }
 
-// WithMode selects Reserve (the default) or Optimistic reconciling.
-// Example: WithMode(sync.Optimistic).
+// WithMode selects Reserve (the default) or Optimistic.
 func WithMode(m Mode) Option {
 	return optionFunc(func(c *config) error {
 		if m != Reserve && m != Optimistic {
@@ -143,10 +126,9 @@ func WithMode(m Mode) Option {
 	})
 }
 
-// WithSyncInterval sets how often active keys are reconciled with Redis
-// (default 250ms), and the jitter fraction applied to each key's next sync
-// (default 0.1, so 225ms to 275ms), which keeps instances from syncing in
-// lockstep. Example: WithSyncInterval(200*time.Millisecond, 0.1).
+// WithSyncInterval sets how often active keys reconcile with Redis
+// (default 250ms, 1ms to 1m) and by how much each key's next sync varies
+// (default 0.1: 225ms to 275ms), which keeps instances out of lockstep.
 func WithSyncInterval(d time.Duration, jitter float64) Option {
 	return optionFunc(func(c *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -160,25 +142,9 @@ func WithSyncInterval(d time.Duration, jitter float64) Option {
 	})
 }
 
-// WithMaxKeysPerCall bounds the keys one script call reconciles (default
-// 256), which bounds how long one call blocks its Redis shard.
-// Example: WithMaxKeysPerCall(100).
-func WithMaxKeysPerCall(n int) Option {
-	return optionFunc(func(c *config) error {
-		if n < 1 || n > 10000 {
-			return fmt.Errorf("sync: max keys per call %d is outside [1, 10000]", n)
-		}
-		c.maxKeysPerCall = n
-		return nil
-	})
-}
-
-// WithMaxWait bounds how long a Reserve decision waits for Redis when its
-// key has no local allowance left (default 100ms). After it, the decision
-// is denied, or decided by the failure policy if Redis did not answer. The
-// caller's ctx bounds it too. Zero means never wait: a key out of allowance
-// is denied at once and refilled by the next round.
-// Example: WithMaxWait(20*time.Millisecond).
+// WithMaxWait bounds how long a Reserve decision out of allowance waits for
+// Redis (default 100ms, at most 1m; 0 never waits), as ctx does. Then it is
+// denied, or decided by the failure policy if Redis did not answer.
 func WithMaxWait(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < 0 || d > time.Minute {
@@ -189,9 +155,9 @@ func WithMaxWait(d time.Duration) Option {
 	})
 }
 
-// WithRoundTimeout bounds one reconcile round's Redis calls (default: the
-// sync interval, plus the WAIT timeout under WithDurableSync, which it may
-// not be shorter than). Example: WithRoundTimeout(100*time.Millisecond).
+// WithRoundTimeout bounds one round's Redis calls (default the sync
+// interval, plus the WAIT timeout of WithDurableSync, which it may not be
+// shorter than).
 func WithRoundTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < time.Millisecond || d > time.Minute {
@@ -202,88 +168,66 @@ func WithRoundTimeout(d time.Duration) Option {
 	})
 }
 
-// WithLeaseLookahead sizes Reserve leases: an instance holds what its
-// recent demand would spend in lookahead sync intervals (default 2).
-// Larger leases mean fewer on-demand fetches and more tokens idle in other
-// instances' hands. Example: WithLeaseLookahead(1.5).
-func WithLeaseLookahead(intervals float64) Option {
+// Tuning holds knobs whose defaults suit almost every deployment: change
+// one only where a measurement (cmd/sim, the benchmarks) says so. A zero
+// field keeps its default.
+type Tuning struct {
+	LeaseLookahead float64 // sync intervals of demand a Reserve lease holds (default 2, 0.5 to 100)
+	// LeaseStretch caps the times its lease a Reserve key far under its
+	// limit holds (default 64, to 1024; 1 is off): all instances' stretched
+	// leases stay within an eighth of the bucket, tokens at stake in a
+	// failover without WithDurableSync (docs/design.md 7).
+	LeaseStretch int
+	// StripeDemand is the demand (tokens a second) above which a key's
+	// allowance is spread over a counter per CPU (default 100,000; negative:
+	// every key's; +Inf: none).
+	StripeDemand   float64
+	MaxKeysPerCall int // keys one script call carries (default 256, to 10,000)
+	// SlotGroups is how many hash-slot groups keys spread over (default 64,
+	// to 16384): part of the key layout, alike on every instance.
+	SlotGroups int
+	// CallPerSlotGroup keeps each call to one slot group with any client,
+	// as a cluster client must (the simulator models a cluster this way).
+	CallPerSlotGroup bool
+}
+
+// WithTuning sets the knobs t's non-zero fields name.
+func WithTuning(t Tuning) Option {
 	return optionFunc(func(c *config) error {
-		if !(intervals >= 0.5 && intervals <= 100) {
-			return fmt.Errorf("sync: lease lookahead %v is outside [0.5, 100]", intervals)
+		switch {
+		case t.LeaseLookahead != 0 && !(t.LeaseLookahead >= 0.5 && t.LeaseLookahead <= 100):
+			return fmt.Errorf("sync: lease lookahead %v is outside [0.5, 100]", t.LeaseLookahead)
+		case t.LeaseStretch < 0 || t.LeaseStretch > 1024:
+			return fmt.Errorf("sync: lease stretch %d is outside [1, 1024]", t.LeaseStretch)
+		case math.IsNaN(t.StripeDemand):
+			return errors.New("sync: stripe demand NaN is not a number of tokens a second")
+		case t.MaxKeysPerCall < 0 || t.MaxKeysPerCall > 10000:
+			return fmt.Errorf("sync: max keys per call %d is outside [1, 10000]", t.MaxKeysPerCall)
+		case t.SlotGroups < 0 || t.SlotGroups > hybridlimit.SlotCount:
+			return fmt.Errorf("sync: slot groups %d is outside [1, %d]", t.SlotGroups, hybridlimit.SlotCount)
 		}
-		c.lookahead = intervals
-		return nil
-	})
-}
-
-// WithLeaseStretch caps how many times its lease (WithLeaseLookahead) a
-// Reserve key may hold while its bucket has room to spare (default 64; 1
-// turns stretching off): a power of two at most n, and never more than
-// lets every instance's stretched lease together stay within an eighth of
-// what the bucket holds. Stretched leases let a key far under its limit
-// sync every few seconds instead of every interval; the price is tokens
-// at stake in a failover that loses a round's writes (up to an eighth of
-// the burst, docs/design.md section 7) unless WithDurableSync is on.
-// Example: WithLeaseStretch(8).
-func WithLeaseStretch(n int) Option {
-	return optionFunc(func(c *config) error {
-		if n < 1 || n > 1024 {
-			return fmt.Errorf("sync: lease stretch %d is outside [1, 1024]", n)
+		if t.LeaseLookahead != 0 {
+			c.lookahead = t.LeaseLookahead
 		}
-		c.stretch = float64(n)
-		return nil
-	})
-}
-
-// WithStripeDemand sets the demand, in tokens a second on this instance,
-// above which a key's local allowance is spread over one counter per CPU
-// (default 100,000; 0 spreads every key's, +Inf none). Decisions on one
-// key from several CPUs at once contend for the cache line of its
-// counter, which costs a hot key's decisions more than everything else
-// they do; with a counter per CPU each decision writes a line its CPU
-// holds. A spread key's allowance is gathered back whenever a round
-// reads it, so accounting is unchanged. Example: WithStripeDemand(1e6).
-func WithStripeDemand(d float64) Option {
-	return optionFunc(func(c *config) error {
-		if !(d >= 0) {
-			return fmt.Errorf("sync: stripe demand %v is not a number of tokens a second >= 0", d)
+		if t.LeaseStretch != 0 {
+			c.stretch = float64(t.LeaseStretch)
 		}
-		c.stripeDemand = d
-		return nil
-	})
-}
-
-// WithSlotGroups sets how many hash-slot groups the keys are spread over
-// (default 64). A round makes at most one script call per group per
-// WithMaxKeysPerCall keys. Every instance sharing a limit must use the
-// same value: it is part of the key layout. Example: WithSlotGroups(128).
-func WithSlotGroups(n int) Option {
-	return optionFunc(func(c *config) error {
-		if n < 1 || n > hybridlimit.SlotCount {
-			return fmt.Errorf("sync: slot groups %d is outside [1, %d]", n, hybridlimit.SlotCount)
+		if t.StripeDemand != 0 {
+			c.stripeDemand = max(t.StripeDemand, 0)
 		}
-		c.groups = n
+		if t.MaxKeysPerCall != 0 {
+			c.maxKeysPerCall = t.MaxKeysPerCall
+		}
+		if t.SlotGroups != 0 {
+			c.groups = t.SlotGroups
+		}
+		c.perSlot = c.perSlot || t.CallPerSlotGroup
 		return nil
 	})
 }
 
-// WithCallPerSlotGroup keeps each script call of a round to one slot
-// group, as a cluster client must, with any client. Without it a client
-// that is not a *redis.ClusterClient (a single server, Sentinel) sends one
-// call for every group's messages, up to WithMaxKeysPerCall keys, which
-// cuts the commands of a round by up to the number of groups it touches.
-// The simulator uses it to model a cluster on one server.
-// Example: WithCallPerSlotGroup().
-func WithCallPerSlotGroup() Option {
-	return optionFunc(func(c *config) error {
-		c.perSlot = true
-		return nil
-	})
-}
-
-// WithMaxKeys bounds the keys tracked in memory (default 1<<20). A new key
-// beyond it is decided by the failure policy until idle keys are evicted.
-// Example: WithMaxKeys(100_000).
+// WithMaxKeys bounds the keys tracked in memory (default 1<<20); a new key
+// beyond it goes to the failure policy until idle keys are evicted.
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {
@@ -295,7 +239,6 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithPrefix sets the prefix of every Redis key (default "hl:").
-// Example: WithPrefix("api:rl:").
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) error {
 		if _, err := hybridlimit.NewKeyspace(p); err != nil {
@@ -308,8 +251,8 @@ func WithPrefix(p string) Option {
 
 var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
-// WithInstanceID names this instance in Redis (default: random). It must be
-// unique among live instances; 1 to 64 of A-Z a-z 0-9 . _ -.
+// WithInstanceID names this instance in Redis (default random): unique
+// among live instances, 1 to 64 of [A-Za-z0-9._-].
 // Example: WithInstanceID(os.Getenv("POD_NAME")).
 func WithInstanceID(id string) Option {
 	return optionFunc(func(c *config) error {
@@ -322,7 +265,7 @@ func WithInstanceID(id string) Option {
 }
 
 // WithFailurePolicy chooses what decisions do while Redis cannot be asked
-// (default FallbackLocal). Example: WithFailurePolicy(sync.FailClosed).
+// (default FallbackLocal).
 func WithFailurePolicy(p FailurePolicy) Option {
 	return optionFunc(func(c *config) error {
 		if p != FallbackLocal && p != FailOpen && p != FailClosed {
@@ -333,12 +276,10 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	})
 }
 
-// WithOvershootBudget bounds Optimistic mode's over-admission: with budget
-// f, the instances together admit at most f x Burst more than the global
-// bucket holds per sync round, because each may spend only its share of the
-// last known remaining plus f x Burst / live instances. Without it each
-// instance may spend the whole remaining, the Gubernator and WSO2 model.
-// Example: WithOvershootBudget(0.05) for at most 5% of a burst per round.
+// WithOvershootBudget bounds Optimistic mode's over-admission to f x Burst
+// a sync round over all instances (f from 0 to 10): each spends at most its
+// share of the last known remaining plus f x Burst / live instances.
+// Without it each may spend all the remaining (the Gubernator model).
 func WithOvershootBudget(f float64) Option {
 	return optionFunc(func(c *config) error {
 		if !(f >= 0 && f <= 10) {
@@ -349,12 +290,10 @@ func WithOvershootBudget(f float64) Option {
 	})
 }
 
-// WithLowLimitThreshold sets the low-limit rule (default 2): a key whose
-// limit adds fewer than this many tokens per instance per sync interval
-// (Rate x interval / Period / live instances) holds no lease ahead of
-// demand; each request fetches exactly its cost, which is exact per-request
-// limiting at the price of one Redis round trip, coalesced with others.
-// Example: WithLowLimitThreshold(5).
+// WithLowLimitThreshold sets the low-limit rule (default 2; 0 turns it
+// off): a key whose limit adds fewer tokens than this per instance per sync
+// interval holds no lease, and each request fetches exactly its cost, at a
+// Redis round trip coalesced with others'.
 func WithLowLimitThreshold(tokens float64) Option {
 	return optionFunc(func(c *config) error {
 		if !(tokens >= 0 && tokens <= 1e6) {
@@ -365,21 +304,14 @@ func WithLowLimitThreshold(tokens float64) Option {
 	})
 }
 
-// WithShards splits hot keys over several hash slots (Reserve mode only):
-// shards returns how many parts a key gets, 1 for a whole key, at most
-// sharding.MaxShards, and must answer alike in every instance. A split
-// key's global bucket becomes that many buckets, each with its share of
-// the limit (sharding.Part) in a slot group of its own, spread over the
-// slot range and so over the masters of a cluster; each instance leases
-// from its home part (sharding.Home) and falls over to the others when it
-// runs dry, so the parts' traffic, and their load on Redis, spreads over
-// the instances. A request's cost must fit in one part's burst. Results
-// report Remaining summed over the parts. A key keeps its shard count while
-// it stays in memory under one limit; a change starts its parts afresh, as
-// full buckets, so the key may admit up to one more burst at the change.
-// Example: WithShards(func(key string, _ hybridlimit.Limit) int {
-// if key == "sale" { return 4 }; return 1 }).
-func WithShards(shards func(key string, limit hybridlimit.Limit) int) Option {
+// WithSplitKeys splits keys over several hash slots (Reserve mode only):
+// shards says how many parts a key has, 1 (whole) to sharding.MaxShards,
+// alike on every instance. Each part holds its share of the limit in a slot
+// group of its own; an instance leases from its home part and falls over to
+// the others, and Remaining sums them. A cost must fit in one part's burst.
+// A key whose part count changes (with its limit) starts afresh with full
+// parts: up to a burst more admitted (docs/design.md 8).
+func WithSplitKeys(shards func(key string, limit hybridlimit.Limit) int) Option {
 	return optionFunc(func(c *config) error {
 		if shards == nil {
 			return errors.New("sync: nil shard-count function")
@@ -389,15 +321,12 @@ func WithShards(shards func(key string, limit hybridlimit.Limit) int) Option {
 	})
 }
 
-// WithAutoShards splits hot keys automatically (Reserve mode only): a
-// key whose sync messages from all instances exceed a.Above per second is
-// split into a.Max parts (see WithShards for what a split key does), and
-// merged back to its configured layout after a.Hold below a.Below. Hot keys
-// are found by a fixed-size sketch of the messages each instance sends;
-// the layout lives in Redis, so every instance follows the one that moved
-// the key, and a move carries every token over: none is lost or made (see
-// docs/design.md). Example: WithAutoShards(sync.AutoShards{Max: 4, Above: 200}).
-func WithAutoShards(a AutoShards) Option {
+// WithAutoSplit splits a key whose messages from all instances exceed
+// a.Above a second into a.Max parts, and merges it back after a.Hold below
+// a.Below (Reserve mode only). The layout lives in Redis, every instance
+// follows it, and a move carries every token over (docs/design.md 8).
+// Example: WithAutoSplit(sync.AutoSplit{Max: 4, Above: 200}).
+func WithAutoSplit(a AutoSplit) Option {
 	return optionFunc(func(c *config) error {
 		if a.Max < 2 || a.Max > sharding.MaxShards {
 			return fmt.Errorf("sync: auto shards: max %d is outside [2, %d]", a.Max, sharding.MaxShards)
@@ -419,16 +348,10 @@ func WithAutoShards(a AutoShards) Option {
 	})
 }
 
-// WithDurableSync makes every sync call wait until replicas replicas have
-// its writes (Redis WAIT on the same connection, within timeout) before
-// its reply counts: a grant is spent only once a failover can no longer
-// lose it, which closes the over-admission window of asynchronous
-// replication (docs/design.md section 7) at the price of a replication
-// round trip per round. A call not acknowledged in time counts as failed:
-// its messages go again next round, idempotently, and the failure policy
-// applies while it lasts. With a cluster client each node's calls go
-// through that node's own client, so that WAIT follows them.
-// Example: WithDurableSync(1, 50*time.Millisecond).
+// WithDurableSync makes a sync call's reply count only once replicas
+// replicas hold its writes (WAIT, within timeout): a grant is spent only
+// once a failover cannot lose it (docs/design.md 7), at a replication round
+// trip a round. A call not acknowledged in time fails, and goes again.
 func WithDurableSync(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if replicas < 1 || replicas > 100 {
@@ -442,8 +365,7 @@ func WithDurableSync(replicas int, timeout time.Duration) Option {
 	})
 }
 
-// WithLogger sends the limiter's few log lines (breaker switches, failed
-// rounds) to l. The default discards them. Example: WithLogger(slog.Default()).
+// WithLogger sends the limiter's few log lines to l (default: discarded).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
@@ -454,8 +376,7 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithClock replaces the system clock, for virtual-time simulation and
-// tests. Example: WithClock(fakeClock).
+// WithClock replaces the system clock, for tests and virtual time.
 func WithClock(clk Clock) Option {
 	return optionFunc(func(c *config) error {
 		if clk == nil {
@@ -464,6 +385,44 @@ func WithClock(clk Clock) Option {
 		c.clock = clk
 		return nil
 	})
+}
+
+// configure applies opts to the defaults and checks what they say together.
+func configure(opts []Option) (config, error) {
+	c := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return c, errors.New("sync: nil option")
+		}
+		if err := o.apply(&c); err != nil {
+			return c, err
+		}
+	}
+	c.finish()
+	if c.roundTimeout < c.durable.timeout {
+		return c, fmt.Errorf("sync: round timeout %v is shorter than the durable-sync WAIT timeout %v: a round would end before its replicas could answer", c.roundTimeout, c.durable.timeout)
+	}
+	if (c.shards != nil || c.auto.Max > 0) && c.mode == Optimistic {
+		return c, errors.New("sync: WithSplitKeys and WithAutoSplit need Reserve mode")
+	}
+	if c.instanceID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.instanceID = hex.EncodeToString(b[:])
+	}
+	return c, nil
+}
+
+// leasePolicy returns the lease policy the configuration sets.
+func (c *config) leasePolicy() policy {
+	return policy{
+		interval:   c.interval,
+		jitter:     c.jitter,
+		lookahead:  c.lookahead,
+		stretchCap: c.stretch,
+		lowLimit:   c.lowLimit,
+		optimistic: c.mode == Optimistic,
+	}
 }
 
 func (c *config) finish() {

@@ -61,16 +61,17 @@ func partsLeftIn(t *testing.T, c hybridlimit.Redis, l *Limiter, key string, limi
 	for j := range at.shards {
 		p := partOf(limit, j, at.shards)
 		bucket, allow := l.partKeys(key, j, at)
-		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, 0, 60000, "r", "probe", 1000,
-			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
+		h := lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000}.Args()
+		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, append(h[:],
+			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := lua.DecodeInts(reply, lua.SyncReplyLen)
-		if err != nil {
+		var v [1]lua.SyncReply
+		if err := lua.ParseSyncReplies(reply, v[:]); err != nil {
 			t.Fatal(err)
 		}
-		left[j] = v[1]
+		left[j] = v[0].Remaining
 	}
 	return left
 }
@@ -89,7 +90,7 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 	srv := redistest.StandaloneServer(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newMovableClock()
+	clk := NewFakeClock()
 	cut := &cutHook{}
 	cb := srv.Client(t)
 	cb.AddHook(cut)
@@ -125,19 +126,19 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 		t.Fatal("admitted without a reply")
 	}
 	ledger := rdb.HGet(ctx, bucket, "l:b").Val()
-	b.lock(home)
+	b.lockGather(home)
 	issued, unacked := home.issued, home.unacked
-	b.unlock(home)
+	b.scatterUnlock(home)
 	t.Logf("b's ledger in Redis %q; b's entry issued %d, unacked %v", ledger, issued, unacked)
 
 	// Cut off for half a marker's life: the entry must go back to the
 	// configured layout, but not before Redis has answered for the grant.
-	clk.ns.Add(int64(b.markerLife(limit)/2) + int64(time.Second))
+	clk.Advance(b.markerLife(limit)/2 + time.Second)
 	_ = b.Sync(ctx)
 	moves := b.Stats().Moves
 	cut.mode.Store(0) // reachable again
 	for range 10 {
-		clk.ns.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := b.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +172,7 @@ func TestHealthySplitKeyNotMovedBack(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newMovableClock()
+	clk := NewFakeClock()
 	a := handDriven(t, rdb, clk, prefix, "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
@@ -195,7 +196,7 @@ func TestHealthySplitKeyNotMovedBack(t *testing.T) {
 	// An hour of healthy use: a token every 5s, home topping up its lease.
 	steps := int(a.markerLife(limit)/2/(5*time.Second)) + 2
 	for i := range steps {
-		clk.ns.Add(int64(5 * time.Second))
+		clk.Advance(5 * time.Second)
 		if r, err := a.AllowN(ctx, "hot", limit, 1); err != nil || !r.Allowed {
 			t.Fatalf("step %d: %+v %v", i, r, err)
 		}
@@ -214,8 +215,8 @@ func TestHealthySplitKeyNotMovedBack(t *testing.T) {
 		t.Fatalf("home on %v heard %v ago: not a healthy split key", h.layout(), since)
 	}
 	moves := a.Stats().Moves
-	a.flag(p, 1) // home ran dry; a decision turns to part j
-	clk.ns.Add(int64(100 * time.Millisecond))
+	a.flag(p, 1, true) // home ran dry; a decision turns to part j
+	clk.Advance(100 * time.Millisecond)
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestUnaskedPartEvicted(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	clk := newMovableClock()
+	clk := NewFakeClock()
 	a := handDriven(t, rdb, clk, redistest.Prefix(t), "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
@@ -249,7 +250,7 @@ func TestUnaskedPartEvicted(t *testing.T) {
 	}
 	name := partName("hot", j, split)
 	for range 4 {
-		clk.ns.Add(int64(a.idleHold()))
+		clk.Advance(a.pol.idleHold())
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 )
 
 // layout is how a key is split: into shards parts, of generation gen.
-// Generation 0 is the configured layout (WithShards, else whole); each
+// Generation 0 is the configured layout (WithSplitKeys, else whole); each
 // reshard makes the next generation, under fresh key names, and leaves in
 // the buckets of the layout it replaces a marker naming the new one, which
 // is how every instance learns of it at its next message.
@@ -26,34 +26,25 @@ type layout struct{ shards, gen int }
 
 func (at layout) marker() string { return "m" + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) }
 
-// AutoShards configures automatic sharding (WithAutoShards): a key whose
-// sync messages, from all instances, exceed Above per second is split into
-// Max parts; a split key below Below per second for Hold goes back to its
-// configured layout.
-type AutoShards struct {
-	// Max is the number of parts of a hot key, 2 to sharding.MaxShards.
-	Max int
-	// Above is the message rate, per second over all instances (this
-	// instance's rate times the live instances), that makes a key hot.
-	Above float64
-	// Below is the rate under which a split key cools; default Above/4.
-	Below float64
-	// Hold is how long a key must stay cool before it is merged back;
-	// default 40 sync intervals, at least 30 seconds.
-	Hold time.Duration
+// AutoSplit configures WithAutoSplit.
+type AutoSplit struct {
+	Max   int           // parts of a hot key, 2 to sharding.MaxShards
+	Above float64       // messages a second, all instances, above which a key is hot
+	Below float64       // the rate under which a split key cools (default Above/4)
+	Hold  time.Duration // how long cool before merged back (default 40 intervals, at least 30s)
 }
 
-// ErrReshardRace is returned by a reshard that found the key's layout
+// errReshardRace is what a reshard returns that found the key's layout
 // changed by another instance (or its view of it stale): nothing moved.
-var ErrReshardRace = errors.New("sync: key resharded meanwhile")
+var errReshardRace = errors.New("sync: key resharded meanwhile")
 
-// Reshard runs automatic sharding: once a check window (the sync interval,
-// at least a second) has passed since the last check, it splits the keys
-// the window found hot and merges back the split keys that stayed cool;
-// sooner, it does nothing, so a rate is never judged on a few messages.
-// The loop calls it every interval; call it yourself only to drive a
-// Limiter without the loop. It does nothing without WithAutoShards.
-func (l *Limiter) Reshard(ctx context.Context) error {
+// reshardHot runs automatic sharding: once a check window (the sync
+// interval, at least a second) has passed since the last check, it splits
+// the keys the window found hot and merges back the split keys that
+// stayed cool; sooner, it does nothing, so a rate is never judged on a few
+// messages. The loop calls it every interval. It does nothing without
+// WithAutoSplit.
+func (l *Limiter) reshardHot(ctx context.Context) error {
 	if l.cfg.auto.Max == 0 {
 		return nil
 	}
@@ -131,14 +122,14 @@ func (l *Limiter) keepMarkers(ctx context.Context, key string, limit hybridlimit
 	if err != nil {
 		return
 	}
-	l.stepAll(ctx, key, layout{def, 0}, limit, "mark", at.marker(), life.Milliseconds(), nil)
+	l.stepAll(ctx, key, layout{def, 0}, limit, lua.ReshardMark, at.marker(), life.Milliseconds(), nil)
 }
 
 // reshard moves key from layout from to layout to, holding a lock in Redis
 // so that one instance at a time does it:
 //
 //  0. check that every old part is open, or another instance moved the
-//     key already (ErrReshardRace, nothing touched);
+//     key already (errReshardRace, nothing touched);
 //  1. open the new parts empty (absent would mean full);
 //  2. close the old parts, which hands back the tokens each held, less what
 //     it refilled since step 1 (the new parts refill from then on);
@@ -155,23 +146,41 @@ func (l *Limiter) reshard(ctx context.Context, key string, limit hybridlimit.Lim
 }
 
 // locked runs f holding key's reshard lock in Redis, so that one instance
-// at a time moves the key, and returns ErrReshardRace if another holds it.
+// at a time moves the key, and returns errReshardRace if another holds it.
 func (l *Limiter) locked(ctx context.Context, key string, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*l.cfg.roundTimeout)
 	defer cancel()
 	lock := l.ks.Tagged(l.tags[l.group(key)], "r:"+key)
-	ok, _, err := l.step(ctx, lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "lock", l.cfg.instanceID, (4 * l.cfg.roundTimeout).Milliseconds())
-	if err != nil || !ok {
-		return errors.Join(ErrReshardRace, err)
+	if err := l.lockRun(ctx, lock, 4*l.cfg.roundTimeout); err != nil {
+		return errors.Join(errReshardRace, err)
 	}
 	defer func() {
 		// Released even when the move's context has ended; the lock's TTL
 		// covers a release that fails.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.roundTimeout)
 		defer cancel()
-		_, _, _ = l.step(uctx, lock, hybridlimit.Limit{Rate: 1, Period: time.Second, Burst: 1}, "unlock", l.cfg.instanceID, 0)
+		_ = l.lockRun(uctx, lock, 0)
 	}()
 	return f(ctx)
+}
+
+// errLockHeld is what taking a lock that another holds returns.
+var errLockHeld = errors.New("sync: reshard lock held by another instance")
+
+// lockRun takes the lock for d, or releases it for d == 0 (lua.Lock).
+func (l *Limiter) lockRun(ctx context.Context, lock string, d time.Duration) error {
+	reply, err := lua.Lock.Run(ctx, l.rdb, []string{lock}, 0, l.cfg.instanceID, d.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("sync: reshard lock: %w", err)
+	}
+	done, err := lua.ParseLockReply(reply)
+	if err != nil {
+		return fmt.Errorf("sync: reshard lock: %w", err)
+	}
+	if !done && d > 0 {
+		return errLockHeld
+	}
+	return nil
 }
 
 // reshardLocked is reshard. The caller holds key's reshard lock.
@@ -179,21 +188,21 @@ func (l *Limiter) reshardLocked(ctx context.Context, key string, limit hybridlim
 	// The old layout must still be the key's: an instance that heard of a
 	// move late would open the new parts over ones the move already opened
 	// and that have filled up since (full reads as absent), emptying them.
-	if n, err := l.stepAll(ctx, key, from, limit, "check", "", 0, nil); err != nil || n != from.shards {
-		return errors.Join(fmt.Errorf("%w: %s has %d of %d parts of layout %d.%d open", ErrReshardRace, key, n, from.shards, from.shards, from.gen), err)
+	if n, err := l.stepAll(ctx, key, from, limit, lua.ReshardCheck, "", 0, nil); err != nil || n != from.shards {
+		return errors.Join(fmt.Errorf("%w: %s has %d of %d parts of layout %d.%d open", errReshardRace, key, n, from.shards, from.shards, from.gen), err)
 	}
 	mv := oldParts{limit: limit, from: from, to: to}
-	if n, err := l.stepAll(ctx, key, to, limit, "open", "", 0, func(_ int, _ int64, at time.Time) {
+	if n, err := l.stepAll(ctx, key, to, limit, lua.ReshardOpen, "", 0, func(_ int, _ int64, at time.Time) {
 		if mv.opened.IsZero() || at.Before(mv.opened) {
 			mv.opened = at
 		}
 	}); err != nil || n != to.shards {
-		return errors.Join(fmt.Errorf("%w: %s opened %d of %d new parts", ErrReshardRace, key, n, to.shards), err)
+		return errors.Join(fmt.Errorf("%w: %s opened %d of %d new parts", errReshardRace, key, n, to.shards), err)
 	}
 	closed, held, closeErr, creditErr := l.closeOld(ctx, key, mv)
 	err := errors.Join(closeErr, creditErr)
 	if closed == 0 {
-		return errors.Join(fmt.Errorf("%w: %s closed no old part", ErrReshardRace, key), err)
+		return errors.Join(fmt.Errorf("%w: %s closed no old part", errReshardRace, key), err)
 	}
 	if closeErr != nil {
 		// An old part left open would serve its instances on top of the
@@ -204,7 +213,7 @@ func (l *Limiter) reshardLocked(ctx context.Context, key string, limit hybridlim
 	if from.gen != 0 {
 		def, derr := l.shardCount(key, limit)
 		if derr == nil {
-			_, derr = l.stepAll(ctx, key, layout{def, 0}, limit, "mark", to.marker(), life, nil)
+			_, derr = l.stepAll(ctx, key, layout{def, 0}, limit, lua.ReshardMark, to.marker(), life, nil)
 		}
 		err = errors.Join(err, derr)
 	}
@@ -229,13 +238,13 @@ type oldParts struct {
 // under-admit.
 func (l *Limiter) closeOld(ctx context.Context, key string, mv oldParts) (closed int, held int64, closeErr, creditErr error) {
 	life := l.markerLife(mv.limit).Milliseconds()
-	closed, closeErr = l.stepAll(ctx, key, mv.from, mv.limit, "close", mv.to.marker(), life, func(j int, tokens int64, at time.Time) {
+	closed, closeErr = l.stepAll(ctx, key, mv.from, mv.limit, lua.ReshardClose, mv.to.marker(), life, func(j int, tokens int64, at time.Time) {
 		part := partOf(mv.limit, j, mv.from.shards)
 		held += max(0, tokens-int64(part.TokensIn(at.Sub(mv.opened))))
 	})
 	for j, c := range spread(held, mv.limit, mv.to.shards) {
 		if c > 0 {
-			if _, _, err := l.step(ctx, l.bucketOf(key, j, mv.to), partOf(mv.limit, j, mv.to.shards), "credit", "", c); err != nil {
+			if _, err := l.reshardStep(ctx, l.bucketOf(key, j, mv.to), partOf(mv.limit, j, mv.to.shards), lua.ReshardCredit, "", c); err != nil {
 				creditErr = errors.Join(creditErr, err)
 			}
 		}
@@ -282,36 +291,37 @@ func (l *Limiter) closeLeftOpen(ctx context.Context) error {
 
 // stepAll runs op on every part of key in layout at and returns how many
 // changed their key; each reports its tokens and time to f.
-func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybridlimit.Limit, op, marker string, n int64, f func(j int, tokens int64, at time.Time)) (int, error) {
+func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybridlimit.Limit, op lua.ReshardOp, marker string, n int64, f func(j int, tokens int64, at time.Time)) (int, error) {
 	done := 0
 	var errs []error
 	for j := range at.shards {
-		ok, reply, err := l.step(ctx, l.bucketOf(key, j, at), partOf(limit, j, at.shards), op, marker, n)
+		r, err := l.reshardStep(ctx, l.bucketOf(key, j, at), partOf(limit, j, at.shards), op, marker, n)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if ok {
+		if r.Done {
 			done++
 			if f != nil {
-				f(j, reply[1], time.UnixMicro(reply[2]))
+				f(j, r.Tokens, r.At)
 			}
 		}
 	}
 	return done, errors.Join(errs...)
 }
 
-// step runs one reshard op on one bucket.
-func (l *Limiter) step(ctx context.Context, bucket string, part hybridlimit.Limit, op, marker string, n int64) (bool, []int64, error) {
-	reply, err := lua.Reshard.Run(ctx, l.rdb, []string{bucket}, 0, op, part.Rate, part.Period.Microseconds(), part.Burst, marker, n)
+// reshardStep runs one reshard op on one bucket.
+func (l *Limiter) reshardStep(ctx context.Context, bucket string, part hybridlimit.Limit, op lua.ReshardOp, marker string, n int64) (lua.ReshardReply, error) {
+	s := lua.ReshardStep{Op: op, Rate: part.Rate, PeriodUS: part.Period.Microseconds(), Burst: part.Burst, Marker: marker, N: n}
+	reply, err := lua.Reshard.Run(ctx, l.rdb, []string{bucket}, append([]any{0}, s.Args()...)...)
 	if err != nil {
-		return false, nil, fmt.Errorf("sync: reshard %s: %w", op, err)
+		return lua.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
 	}
-	v, err := lua.DecodeInts(reply, 3)
+	r, err := lua.ParseReshardReply(reply)
 	if err != nil {
-		return false, nil, fmt.Errorf("sync: reshard %s: %w", op, err)
+		return lua.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
 	}
-	return v[0] == 1, v, nil
+	return r, nil
 }
 
 func (l *Limiter) bucketOf(key string, j int, at layout) string {
@@ -421,59 +431,96 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	if from == to || (from.gen != 0 && to.gen <= from.gen && !back) {
 		return // already there, or a marker older than what we know
 	}
-	old := []*entry{home}
-	for j := range from.shards {
-		if j != int(home.shard) {
-			if e := l.parts.get(partName(key, j, from)); e != nil {
-				old = append(old, e)
-			}
-		}
-	}
+	old := l.layoutEntries(home)
 	// Locked together, in this order (only moves lock more than one entry,
 	// one move at a time), so that no round starts a message for one of
 	// them between the check for messages in flight and its retirement.
 	l.retiring.Lock()
 	for _, e := range old {
-		l.lock(e)
+		l.lockGather(e)
 	}
 	unlock := func() {
 		for _, e := range old {
-			l.unlock(e)
+			l.scatterUnlock(e)
 		}
 		l.retiring.Unlock()
 	}
-	if home.dead.Load() {
+	// The sweep may have evicted home meanwhile: a new entry will ask Redis.
+	if home.dead.Load() || !l.movable(key, old, to, back) {
 		unlock()
-		return // the sweep evicted it meanwhile: a new entry will ask Redis
-	}
-	for _, e := range old {
-		if back && e.unacked {
-			// A grant whose reply was lost stays in the old ledger until
-			// a reply restates it: moved now, it would be lost.
-			unlock()
-			return
-		}
-		if e.inflight {
-			unlock()
-			if l.pending == nil {
-				l.pending = make(map[string]layout)
-			}
-			l.pending[key] = to
-			return
-		}
+		return
 	}
 	limit := *home.limit.Load()
 	next := l.newEntry(key, key, limit, now, l.home(key, to.shards), to)
 	l.table.replace(home, next)
-	var carried, owed int64
-	since := l.nanos(now)
+	carried, owed, since := l.retireAll(old, home, l.nanos(now))
+	// The key's demand does not change with its layout: measured afresh,
+	// it would start at nothing, and the allowance carried would look
+	// like excess and go back to the new home part at once, which holds
+	// only its share of the burst and may not take it all.
+	use := home.use
+	unlock()
+	share := l.carry(key, limit, int(next.shard), carried, now, to)
+	l.lockGather(next)
+	next.give(share)
+	next.acked = share // the base the new ledger starts from
+	next.issued += owed
+	l.debts.add(next, owed, since)
+	next.use.rate, next.use.usedAt = use.rate, use.usedAt
+	l.scatterUnlock(next)
+	l.sched.at(next, l.nanos(now))
+	l.stats.moves.Add(1)
+}
+
+// layoutEntries returns the entries of home's key in home's layout,
+// home first.
+func (l *Limiter) layoutEntries(home *entry) []*entry {
+	from := home.layout()
+	old := []*entry{home}
+	for j := range from.shards {
+		if j != int(home.shard) {
+			if e := l.parts.get(partName(home.owner, j, from)); e != nil {
+				old = append(old, e)
+			}
+		}
+	}
+	return old
+}
+
+// movable reports whether the entries old of key may move to layout to
+// now. A message in flight makes the move wait for its round (pending);
+// on a move back, a grant whose reply was lost stays in the old ledger
+// until a reply restates it: moved now, it would be lost. The caller holds
+// moveMu and the entries' mutexes.
+func (l *Limiter) movable(key string, old []*entry, to layout, back bool) bool {
+	for _, e := range old {
+		if back && e.unacked {
+			return false
+		}
+		if e.inflight {
+			if l.pending == nil {
+				l.pending = make(map[string]layout)
+			}
+			l.pending[key] = to
+			return false
+		}
+	}
+	return true
+}
+
+// retireAll retires the old entries of a move, whose home is home, and
+// returns the allowance they held, what they owed, and since when (t if
+// nothing). What they admitted counts as evicted but what they owed,
+// which the new home owes and counts. The caller holds every entry's
+// mutex and l.retiring.
+func (l *Limiter) retireAll(old []*entry, home *entry, t int64) (carried, owed, since int64) {
+	since = t
 	for _, e := range old {
 		took, killed := e.retire()
 		if !killed {
 			continue // evicted meanwhile by the sweep, which removes and counts it
 		}
 		carried += took
-		// What it owes the new home owes, and counts as admitted.
 		o, s := l.debts.take(e)
 		if o > 0 {
 			owed += o
@@ -485,43 +532,33 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 			l.tracked.Add(-1)
 		}
 	}
-	// The key's demand does not change with its layout: measured afresh,
-	// it would start at nothing, and the allowance carried would look
-	// like excess and go back to the new home part at once, which holds
-	// only its share of the burst and may not take it all.
-	demand, usedAt := home.demand, home.usedAt
-	unlock()
-	// What is carried goes to the new parts in proportion to their bursts,
-	// each share held by this instance's entry of that part with the
-	// share as its ledger's base: a part holds only its share of the
-	// burst, and one taking all of it back could overflow and lose the
-	// excess. A part other than home hands its share back at its first
-	// sync, unless a decision spends it first.
+	return carried, owed, since
+}
+
+// carry gives the allowance a move carried to the new parts in proportion
+// to their bursts, each share held by this instance's entry of that part
+// with the share as its ledger's base: a part holds only its share of the
+// burst, and one taking all of it back could overflow and lose the excess.
+// A part other than home hands its share back at its first sync, unless a
+// decision spends it first. It returns the share of the new home, part
+// j0.
+func (l *Limiter) carry(key string, limit hybridlimit.Limit, j0 int, carried int64, now time.Time, to layout) int64 {
 	shares := spread(carried, limit, to.shards)
-	j0 := int(next.shard)
 	for j, c := range shares {
 		if j == j0 || c == 0 {
 			continue
 		}
 		if p := l.carrier(key, limit, now, j, to); p != nil {
-			l.lock(p)
+			l.lockGather(p)
 			p.give(c)
 			p.acked = c
-			l.unlock(p)
+			l.scatterUnlock(p)
 			l.sched.at(p, l.nanos(now))
 		} else {
 			shares[j0] += c
 		}
 	}
-	l.lock(next)
-	next.give(shares[j0])
-	next.acked = shares[j0] // the base the new ledger starts from
-	next.issued += owed
-	l.debts.add(next, owed, since)
-	next.demand, next.usedAt = demand, usedAt
-	l.unlock(next)
-	l.sched.at(next, l.nanos(now))
-	l.stats.moves.Add(1)
+	return shares[j0]
 }
 
 // carrier returns a new entry for part j of key in layout at, to hold a
@@ -547,13 +584,13 @@ func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j 
 func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	l.retiring.Lock()
 	defer l.retiring.Unlock()
-	l.lock(e)
+	l.lockGather(e)
 	_, killed := e.retire()
 	issued := e.issued
 	if killed {
 		owed, since = l.debts.take(e)
 	}
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if !killed {
 		return 0, 0 // evicted meanwhile by the sweep, which removes and counts it
 	}

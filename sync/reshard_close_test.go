@@ -25,7 +25,7 @@ func TestOldPartLeftOpenIsClosedLater(t *testing.T) {
 	ctx := context.Background()
 	mk := func(c *redis.Client, id string) *Limiter {
 		l, err := New(c, WithPrefix(prefix), WithInstanceID(id), WithSyncInterval(50*time.Millisecond, 0),
-			WithLowLimitThreshold(0), WithAutoShards(AutoShards{Max: 3, Above: 1e8}))
+			WithLowLimitThreshold(0), WithAutoSplit(AutoSplit{Max: 3, Above: 1e8}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func TestRestartBehindClockOptimistic(t *testing.T) {
 	limit := frozen(100)
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0"), hlsync.WithMode(hlsync.Optimistic)}
 
-	clk1 := newFakeClock()
+	clk1 := hlsync.NewFakeClock()
 	first := clocked(t, rdb, clk1, opts...)
 	var admitted int64
 	for range 10 {
@@ -46,8 +46,8 @@ func TestRestartBehindClockOptimistic(t *testing.T) {
 	}
 
 	// The same pod restarts; its clock reads a minute behind.
-	clk2 := newFakeClock()
-	clk2.now.Add(-int64(time.Minute))
+	clk2 := hlsync.NewFakeClock()
+	clk2.Advance(-time.Minute)
 	second := clocked(t, rdb, clk2, opts...)
 	for round := 0; round < 5; round++ {
 		for {
@@ -60,7 +60,7 @@ func TestRestartBehindClockOptimistic(t *testing.T) {
 			}
 			admitted++
 		}
-		clk2.now.Add(int64(time.Second))
+		clk2.Advance(time.Second)
 		if err := second.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestRestartBehindClockReserve(t *testing.T) {
 	ctx := context.Background()
 	limit := frozen(100)
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0")}
-	clk1 := newFakeClock()
+	clk1 := hlsync.NewFakeClock()
 	first := clocked(t, rdb, clk1, opts...)
 	for range 10 {
 		if r, err := first.Allow(ctx, "k", limit); err != nil || !r.Allowed {
@@ -95,8 +95,8 @@ func TestRestartBehindClockReserve(t *testing.T) {
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk2 := newFakeClock()
-	clk2.now.Add(-int64(time.Minute))
+	clk2 := hlsync.NewFakeClock()
+	clk2.Advance(-time.Minute)
 	second := clocked(t, rdb, clk2, opts...)
 	var allowed int
 	for range 20 {
@@ -107,7 +107,7 @@ func TestRestartBehindClockReserve(t *testing.T) {
 		if r.Allowed {
 			allowed++
 		}
-		clk2.now.Add(int64(time.Second))
+		clk2.Advance(time.Second)
 		_ = second.Sync(ctx)
 	}
 	if left := remaining(t, rdb, p, "k", limit, 64); allowed == 0 {

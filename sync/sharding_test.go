@@ -29,22 +29,23 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	for j := range s {
 		p := sharding.Part(limit, j, s)
 		bucket, allow := probe.PartKeys(key, j, s, gen)
-		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, 0, 60000, "r", "probe", 1000,
-			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())
+		h := lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000}.Args()
+		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, append(h[:],
+			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := lua.DecodeInts(reply, lua.SyncReplyLen)
-		if err != nil {
+		var v [1]lua.SyncReply
+		if err := lua.ParseSyncReplies(reply, v[:]); err != nil {
 			t.Fatal(err)
 		}
-		left[j] = v[1]
+		left[j] = v[0].Remaining
 	}
 	return left
 }
 
 func split(s int) hlsync.Option {
-	return hlsync.WithShards(func(key string, _ hybridlimit.Limit) int {
+	return hlsync.WithSplitKeys(func(key string, _ hybridlimit.Limit) int {
 		if key == "hot" {
 			return s
 		}
@@ -204,7 +205,7 @@ func maxOf(v []float64) float64 {
 
 func TestShardsBadConfig(t *testing.T) {
 	c := redistest.Standalone(t)
-	if _, err := hlsync.New(c, hlsync.WithShards(nil)); err == nil {
+	if _, err := hlsync.New(c, hlsync.WithSplitKeys(nil)); err == nil {
 		t.Error("nil shard function accepted")
 	}
 	if _, err := hlsync.New(c, hlsync.WithMode(hlsync.Optimistic), split(2)); err == nil {
@@ -230,17 +231,17 @@ func TestShardsBadConfig(t *testing.T) {
 	}
 }
 
-// TestAutoShardsMoveEveryToken lets automatic sharding split a hot key and
+// TestAutoSplitMovesEveryToken lets automatic sharding split a hot key and
 // merge it back while 4 instances spend its budget on the cluster: every
 // instance follows the layout in Redis, and across both moves no token is
 // lost or made: together they admit exactly the budget.
-func TestAutoShardsMoveEveryToken(t *testing.T) {
+func TestAutoSplitMovesEveryToken(t *testing.T) {
 	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)
 	const budget = 20000
 	limit := frozen(budget)
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 40, Below: 30, Hold: 300 * time.Millisecond})
+	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 40, Below: 30, Hold: 300 * time.Millisecond})
 	// A round timeout well above the interval, and failing closed, as in
 	// TestShardedReserveExact.
 	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
@@ -380,8 +381,8 @@ func sumArr(v []int64) (s int64) {
 func TestSplitKeyMarkersRenewed(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := newFakeClock()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	clk := hlsync.NewFakeClock()
+	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000) // markers live 10 minutes: twice its refill time is less
@@ -431,9 +432,8 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	ca, cb := srv.Client(t), srv.Client(t)
 	ca.AddHook(failOp("credit"))
 	prefix := redistest.Prefix(t)
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	clk := hlsync.NewFakeClock()
+	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
 	a, err := hlsync.New(ca, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	if err != nil {
@@ -451,7 +451,7 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	decide := spent.admit
 	for i := 0; ; i++ {
 		decide(a, 10)
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -494,14 +494,14 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 // credited they hold what the old part held, and the follower must get
 // to it. The limit is frozen (no refill): believing "empty until a token
 // is due" denied such a follower for a year, and stranded the tokens
-// (TestAutoShardsMoveEveryToken stalled this way on a loaded machine).
+// (TestAutoSplitMovesEveryToken stalled this way on a loaded machine).
 func TestFollowerReachesCreditedParts(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
 	ca, cb := srv.Client(t), srv.Client(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
+	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
 	b, err := hlsync.New(cb, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("b"),
 		hlsync.WithSyncInterval(50*time.Millisecond, 0), auto)
 	if err != nil {
@@ -523,13 +523,12 @@ func TestFollowerReachesCreditedParts(t *testing.T) {
 		})
 		return nil
 	}})
-	clk := &fakeClock{}
-	clk.now.Store(time.Now().UnixNano())
+	clk := hlsync.NewFakeClock()
 	a := clocked(t, ca, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("a"),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithRoundTimeout(5*time.Second), auto)
 	for i := 0; ; i++ {
 		spent.admit(a, 10)
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -570,7 +569,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
@@ -579,7 +578,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	admit := func(cost int64) { spent.admit(l, cost) }
 	step := func() {
 		t.Helper()
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := l.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -597,7 +596,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	admit(l.Stats().Outstanding)
 	var r *hlsync.Round
 	for i := 0; ; i++ {
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if r = l.BeginRound(); r.Messages() == 1 {
 			break
 		}
@@ -645,8 +644,8 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 func TestMergedKeyStaysMerged(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := newFakeClock()
-	auto := hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: time.Second})
+	clk := hlsync.NewFakeClock()
+	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Second})
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000)
@@ -684,7 +683,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	a, b := resharder(t, rdb, clk, prefix, "a"), resharder(t, rdb, clk, prefix, "b")
 	ctx := context.Background()
 	const budget = 3000
@@ -703,7 +702,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 		if n := a.Stats().Outstanding; n > 0 {
 			admit(a, n) // spent: the next round tops up
 		}
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -736,11 +735,11 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 // on clk, a round every 100ms without jitter, splitting a key up to 3 ways
 // when it is hot, and without the low-limit rule, so that a frozen key
 // leases ahead and a round tops it up without a decision waiting for it.
-func resharder(t *testing.T, rdb hybridlimit.Redis, clk *fakeClock, prefix, id string) *hlsync.Limiter {
+func resharder(t *testing.T, rdb hybridlimit.Redis, clk *hlsync.FakeClock, prefix, id string) *hlsync.Limiter {
 	t.Helper()
 	return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0),
-		hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour}))
+		hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour}))
 }
 
 // spender makes decisions on one key for a test that counts what they
@@ -774,7 +773,7 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
@@ -785,7 +784,7 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 	}
 	for range 12 { // a check window at a steady demand, far under the budget
 		spent.admit(l, 10)
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := l.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -815,10 +814,10 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 
 // stepper returns a function that moves clk by d and runs l's round and
 // automatic sharding, as the loop would.
-func stepper(t *testing.T, l *hlsync.Limiter, clk *fakeClock) func(d time.Duration) {
+func stepper(t *testing.T, l *hlsync.Limiter, clk *hlsync.FakeClock) func(d time.Duration) {
 	return func(d time.Duration) {
 		t.Helper()
-		clk.now.Add(int64(d))
+		clk.Advance(d)
 		if err := l.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -855,17 +854,17 @@ func TestStaleMergeLeavesMergedBucket(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock()
+	clk := hlsync.NewFakeClock()
 	ctx := context.Background()
 	mk := func(id string, hold time.Duration) *hlsync.Limiter {
 		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
 			hlsync.WithSyncInterval(100*time.Millisecond, 0),
-			hlsync.WithAutoShards(hlsync.AutoShards{Max: 3, Above: 2, Below: 1, Hold: hold}))
+			hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: hold}))
 	}
 	a, b := mk("a", time.Second), mk("b", 3*time.Second)
 	limit := hybridlimit.PerSecond(1000)
 	step := func() (errA, errB error) {
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -909,7 +908,7 @@ func TestStaleMergeLeavesMergedBucket(t *testing.T) {
 	before := partsLeft(t, rdb, prefix, "hot", limit, 1, gen)[0]
 	var errB error
 	for i := 0; errB == nil; i++ {
-		clk.now.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		errB = b.Reshard(ctx)
 		if i == 100 {
 			t.Fatal("b never tried to merge")

@@ -43,7 +43,7 @@ func TestShardCountChangeStartsAfresh(t *testing.T) {
 	var s atomic.Int64
 	s.Store(2)
 	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(20*time.Millisecond, 0.1),
-		hlsync.WithShards(func(string, hybridlimit.Limit) int { return int(s.Load()) }))
+		hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return int(s.Load()) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRemainingNeverAboveBurst(t *testing.T) {
 	c := redistest.Standalone(t)
 	for _, shards := range []int{1, 2} {
 		l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(20*time.Millisecond, 0.1),
-			hlsync.WithShards(func(string, hybridlimit.Limit) int { return shards }))
+			hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return shards }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestCostAbovePartBurstNeverAdmitted(t *testing.T) {
 		}
 	}
 	l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithInstanceID(id), hlsync.WithSyncInterval(20*time.Millisecond, 0.1),
-		hlsync.WithShards(func(string, hybridlimit.Limit) int { return 2 }))
+		hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return 2 }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,25 +2,12 @@ package sync
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
-
-// movableClock is a clock the test moves by hand.
-type movableClock struct{ ns atomic.Int64 }
-
-func (c *movableClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
-
-// newMovableClock returns a movableClock at the present.
-func newMovableClock() *movableClock {
-	c := &movableClock{}
-	c.ns.Store(time.Now().UnixNano())
-	return c
-}
 
 // handDriven returns a limiter called id on clk, with no loop (the test
 // runs its rounds), a round every 100ms without jitter, and no low-limit
@@ -48,7 +35,7 @@ func TestStaleLayoutRejoins(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := newMovableClock()
+	clk := NewFakeClock()
 	a, b := handDriven(t, rdb, clk, prefix, "a"), handDriven(t, rdb, clk, prefix, "b")
 	const budget = 3000
 	limit := hybridlimit.Limit{Rate: budget, Period: time.Hour, Burst: budget} // about a token a second refills
@@ -79,7 +66,7 @@ func TestStaleLayoutRejoins(t *testing.T) {
 	for misses := 0; misses < 3; { // a spends what the merged bucket holds
 		if !spend(a, 10) {
 			misses++
-			clk.ns.Add(int64(100 * time.Millisecond))
+			clk.Advance(100 * time.Millisecond)
 		}
 	}
 	// b, cut off, hears nothing while the split layout's markers lapse
@@ -89,10 +76,10 @@ func TestStaleLayoutRejoins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clk.ns.Add(int64(a.markerLife(limit)))
+	clk.Advance(a.markerLife(limit))
 	for range 50 {
 		spend(b, 10)
-		clk.ns.Add(int64(100 * time.Millisecond))
+		clk.Advance(100 * time.Millisecond)
 		if err := b.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -56,83 +56,59 @@ func (c *counters) observeRound(start time.Time, msgs int) {
 // countError counts one failed call to Redis by its class.
 func (c *counters) countError(err error) { c.errors[classify(err)].Add(1) }
 
-// Stats is a snapshot of a Limiter's counters, for metrics. Decisions made
-// from local allowance are not counted one by one (that would put a shared
-// counter on the request path); Admitted sums them from the entries, so
-// Stats costs a pass over the tracked keys.
+// Stats is a snapshot of a Limiter's counters, for metrics. Decisions
+// from local allowance are not counted one by one (a shared counter on the
+// request path); Admitted sums them from the entries, so Stats costs a
+// pass over the tracked keys. docs/design.md 6.9 says more of each.
 type Stats struct {
 	Keys          int64  // keys tracked in memory
 	LiveInstances int64  // instances alive in Redis, as last seen
 	Rounds        uint64 // background rounds run
-	RoundErrors   uint64 // background rounds with at least one failed call
-	Fetches       uint64 // on-demand rounds run for decisions out of allowance
+	RoundErrors   uint64 // background rounds with a failed call
+	Fetches       uint64 // rounds run on demand for decisions out of allowance
 	Messages      uint64 // key messages sent to Redis
 	ScriptCalls   uint64 // script calls sent to Redis
 	Waits         uint64 // decisions that waited for a fetch
 	DeniedRemote  uint64 // decisions denied because Redis said the bucket is empty
-	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (any longer)
-	// Decisions made by the failure policy.
+	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (longer)
+
+	// Decisions of the failure policy, and the cost FallbackLocal admitted
+	// that Redis has not taken yet (each key's next message has it taken).
 	FailOpen, FailClosed, FallbackAllowed, FallbackDenied uint64
-	// Owed is the cost FallbackLocal admitted that Redis has not yet
-	// taken from the keys' buckets (Reserve mode): each key's next message
-	// makes Redis take it, into debt if need be.
-	Owed int64
-	// BreakerOpen says whether any node's breaker is open; BreakerOpens
-	// and BreakerCloses count the switches of every node's. Nodes has
-	// each node's.
+	Owed                                                  int64
+
+	// The breakers: whether one is open, their switches, the time they
+	// were open in all (the failure policy deciding for some keys), each.
 	BreakerOpen                 bool
 	BreakerOpens, BreakerCloses uint64
+	BreakerOpenFor              time.Duration
 	Nodes                       []NodeStats
-	Evictions                   uint64 // idle keys dropped from memory
-	// Reshards counts the keys this instance split or merged back
-	// (WithAutoShards); Moves the keys it moved to a new layout, its own
-	// reshards and those it heard of from Redis.
-	Reshards, Moves uint64
-	// SplitKeys is the number of tracked keys split into parts, by
-	// WithShards or WithAutoShards.
-	SplitKeys int64
-	LastRound time.Duration // how long the last background round took
-	// Admitted is the cost admitted from allowance, all keys, since New,
-	// refunded cost included; Refunded is the cost Refund gave back.
-	// Dropped is the allowance dropped unspent when a key's burst was
-	// lowered (a lowered limit clamps at once).
-	Admitted, Refunded, Dropped uint64
-	// Outstanding is the allowance held unspent now, all keys: tokens
-	// Redis counts as this instance's (Reserve) or that it may still
-	// admit before reporting (Optimistic).
-	Outstanding int64
-	// SinceSync is how old this instance's view of the global buckets
-	// is: the time since Redis last answered a round (0 before the first).
-	SinceSync time.Duration
-	// BreakerOpenFor is the time the breakers have been open, summed over
-	// the nodes, the current stretches included: the time the failure
-	// policy was deciding for some keys.
-	BreakerOpenFor time.Duration
 
-	// RoundDuration is how long each round took to send its script calls
-	// and get their replies, in seconds of wall-clock time. It counts every
-	// round that sent at least one key message: the periodic rounds of the
-	// loop (and of Sync or Round.Send), the on-demand fetches of decisions
-	// out of allowance, and the final round of Close. So its Count is at
-	// least Rounds, and at most Rounds + Fetches + 1. Buckets end at 0.5ms,
-	// 1ms, 2.5ms, 5ms, ..., 1s and 2.5s.
-	RoundDuration Histogram
-	// RoundMessages is the number of key messages each of the same rounds
-	// carried. Buckets end at the powers of 4 from 1 to 65536.
-	RoundMessages Histogram
-	// Errors counts failed calls to Redis by class, indexed by ErrorClass:
-	// each failed sync script call (a round sends one per slot group and
-	// WithMaxKeysPerCall keys, so a failed pipeline counts once per call in
-	// it) and each failed presence call (the loop's, Announce's and
-	// Close's), which go on while the breaker is open and rounds have
-	// nothing to send.
+	Evictions uint64 // idle keys dropped from memory
+	// Keys split or merged by this instance (WithAutoSplit), keys moved to
+	// a new layout (its own reshards and others'), tracked keys split now.
+	Reshards, Moves uint64
+	SplitKeys       int64
+
+	// Cost admitted from allowance since New, refunds included; cost given
+	// back by Refund; allowance dropped unspent by a lowered burst; and the
+	// allowance held unspent now.
+	Admitted, Refunded, Dropped uint64
+	Outstanding                 int64
+
+	SinceSync time.Duration // since Redis last answered a round (0 before the first)
+	LastRound time.Duration // how long the last background round took
+
+	// Every round that sent a message (the loop's, fetches, Close's): its
+	// wall-clock seconds (buckets 0.5ms to 2.5s) and its messages (powers
+	// of 4 up to 65536).
+	RoundDuration, RoundMessages Histogram
+	// Failed Redis calls (sync scripts, presence, probes) by ErrorClass.
 	Errors [NumErrorClasses]uint64
 }
 
-// NodeStats is one Redis master's breaker, as the limiter reaches it: the
-// node's address (for a client that is not a cluster client, its address
-// or "redis"), whether its breaker is open, and for how long it has been
-// open in all, the current stretch included.
+// NodeStats is one Redis master's breaker: the node's address ("redis" for
+// a client without one), whether it is open, how long open in all.
 type NodeStats struct {
 	Addr        string
 	BreakerOpen bool
@@ -142,23 +118,7 @@ type NodeStats struct {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
-	l.retiring.RLock()
-	admitted, outstanding, split := c.evictedAdmitted.Load()+c.refunded.Load()-c.dropped.Load(), int64(0), int64(0)
-	l.each(func(e *entry) {
-		l.lock(e)
-		held, consumed := e.snapshot()
-		l.unlock(e)
-		admitted += uint64(consumed)
-		outstanding += held
-		if e.shards > 1 && e.key == e.owner {
-			split++
-		}
-	})
-	l.retiring.RUnlock()
-	// A refund moves cost out of an entry and into the refunded count in
-	// one step the walk above may see half done: Admitted, a counter, is
-	// kept from going down meanwhile.
-	admitted = c.admitted.raise(admitted)
+	admitted, outstanding, split := l.tally()
 	now := l.cfg.clock.Now()
 	var since time.Duration
 	if last := c.lastSuccess.Load(); last != 0 {
@@ -168,14 +128,7 @@ func (l *Limiter) Stats() Stats {
 	for i := range errs {
 		errs[i] = c.errors[i].Load()
 	}
-	openFor, anyOpen := time.Duration(l.nodes.openTotal.Load()), false
-	var nodes []NodeStats
-	for _, n := range l.nodes.all() {
-		ns := NodeStats{Addr: n.addr, BreakerOpen: n.breaker.isOpen(), OpenFor: n.breaker.openFor(now)}
-		openFor += ns.OpenFor
-		anyOpen = anyOpen || ns.BreakerOpen
-		nodes = append(nodes, ns)
-	}
+	nodes, openFor, anyOpen := l.nodeStats(now)
 	return Stats{
 		RoundDuration:   c.roundDuration.snapshot(&roundDuration),
 		RoundMessages:   c.roundMessages.snapshot(&roundMessages),
@@ -211,4 +164,40 @@ func (l *Limiter) Stats() Stats {
 		Moves:           c.moves.Load(),
 		LastRound:       time.Duration(c.lastRound.Load()),
 	}
+}
+
+// tally walks the entries for what they admitted in all (with what left
+// them), hold unspent, and how many are split keys' homes.
+func (l *Limiter) tally() (admitted uint64, outstanding, split int64) {
+	c := &l.stats
+	l.retiring.RLock()
+	admitted = c.evictedAdmitted.Load() + c.refunded.Load() - c.dropped.Load()
+	l.each(func(e *entry) {
+		l.lockGather(e)
+		held, consumed := e.snapshot()
+		l.scatterUnlock(e)
+		admitted += uint64(consumed)
+		outstanding += held
+		if e.shards > 1 && e.key == e.owner {
+			split++
+		}
+	})
+	l.retiring.RUnlock()
+	// A refund moves cost out of an entry and into the refunded count in
+	// one step the walk above may see half done: Admitted, a counter, is
+	// kept from going down meanwhile.
+	return c.admitted.raise(admitted), outstanding, split
+}
+
+// nodeStats returns each node's breaker state, the time any breaker has
+// been open in all, and whether one is open now.
+func (l *Limiter) nodeStats(now time.Time) (nodes []NodeStats, openFor time.Duration, anyOpen bool) {
+	openFor = time.Duration(l.nodes.openTotal.Load())
+	for _, n := range l.nodes.all() {
+		ns := NodeStats{Addr: n.addr, BreakerOpen: n.breaker.isOpen(), OpenFor: n.breaker.openFor(now)}
+		openFor += ns.OpenFor
+		anyOpen = anyOpen || ns.BreakerOpen
+		nodes = append(nodes, ns)
+	}
+	return nodes, openFor, anyOpen
 }

@@ -11,8 +11,8 @@ import (
 // runtime's processor, of which GOMAXPROCS run Go code at once), each on a
 // cache line of its own. A decision spends from its P's counter, a line
 // its CPU keeps, instead of contending with every other CPU for the one
-// line of entry.avail: on two cores that contention was two thirds of a
-// hot key's decision.
+// line of entry.avail, which costs a hot key's decision more than all else
+// it does (bench/RESULTS.md).
 //
 // Only holders of the entry's mutex move tokens into the counters
 // (scatter), and each takes them all back first (gather), so a round reads
@@ -63,17 +63,17 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// lock takes e.mu and gathers e's spread allowance back into avail, so
-// that what the holder reads of avail is all the allowance there is.
-func (l *Limiter) lock(e *entry) {
+// lockGather takes e.mu and gathers e's spread allowance back into avail,
+// so that what the holder reads of avail is all the allowance there is.
+func (l *Limiter) lockGather(e *entry) {
 	e.mu.Lock()
 	e.gather()
 }
 
-// unlock spreads e's allowance over its counters, first giving them to a
-// key whose demand has reached WithStripeDemand, and releases e.mu.
-func (l *Limiter) unlock(e *entry) {
-	if e.stripes.Load() == nil && e.demand >= l.cfg.stripeDemand && !e.dead.Load() {
+// scatterUnlock spreads e's allowance over its counters, first giving them
+// to a key whose demand has reached Tuning.StripeDemand, and releases e.mu.
+func (l *Limiter) scatterUnlock(e *entry) {
+	if e.stripes.Load() == nil && e.use.rate >= l.cfg.stripeDemand && !e.dead.Load() {
 		if s := newStripes(); s != nil {
 			e.stripes.Store(s)
 		}
@@ -141,8 +141,8 @@ func (e *entry) held() int64 {
 // for a cost no single counter could pay; as spend, it returns what is
 // left, or a negative number if the allowance could not pay.
 func (l *Limiter) spendGathered(e *entry, cost int64) int64 {
-	l.lock(e)
-	defer l.unlock(e)
+	l.lockGather(e)
+	defer l.scatterUnlock(e)
 	return e.spend(cost)
 }
 

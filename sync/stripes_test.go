@@ -17,9 +17,9 @@ func spreadEntry(t *testing.T, n int64) (*Limiter, *entry) {
 	l := &Limiter{cfg: defaults()}
 	l.cfg.stripeDemand = 0
 	e := &entry{}
-	l.lock(e)
+	l.lockGather(e)
 	e.give(n)
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if e.stripes.Load() == nil || e.avail.Load() == n {
 		t.Fatalf("%d tokens not spread at stripe demand 0", n)
 	}
@@ -53,7 +53,7 @@ func TestStripesKeepEveryToken(t *testing.T) {
 	}
 	var last int64
 	for i := range 10000 {
-		l.lock(e)
+		l.lockGather(e)
 		held, consumed := e.snapshot()
 		if consumed < last {
 			t.Errorf("round %d: consumed fell from %d to %d", i, last, consumed)
@@ -67,13 +67,13 @@ func TestStripesKeepEveryToken(t *testing.T) {
 		default:
 			e.settle(func(int64) int64 { return held + 7 })
 		}
-		l.unlock(e)
+		l.scatterUnlock(e)
 	}
 	close(stop)
 	wg.Wait()
-	l.lock(e)
+	l.lockGather(e)
 	held, consumed := e.snapshot()
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if consumed != spent.Load() {
 		t.Errorf("consumed %d, spenders took %d", consumed, spent.Load())
 	}
@@ -102,11 +102,11 @@ func TestStripesLeaveEvictedAlone(t *testing.T) {
 	l := &Limiter{cfg: defaults()}
 	l.cfg.stripeDemand = 0
 	e := &entry{}
-	l.lock(e)
+	l.lockGather(e)
 	if !e.evict() {
 		t.Fatal("evict failed on an empty entry")
 	}
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if e.spend(1) >= 0 {
 		t.Error("an evicted entry admitted a decision")
 	}
@@ -132,9 +132,9 @@ func TestStripesPayLargeCosts(t *testing.T) {
 	if n := l.pay(e, 3); n >= 0 {
 		t.Errorf("pay(3) paid from the 2 left (left %d)", n)
 	}
-	l.lock(e)
+	l.lockGather(e)
 	held, consumed := e.snapshot()
-	l.unlock(e)
+	l.scatterUnlock(e)
 	if held != 2 || consumed != 10 {
 		t.Errorf("held %d, consumed %d; want 2, 10", held, consumed)
 	}

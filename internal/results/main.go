@@ -370,7 +370,7 @@ func (r *runner) live(d *data) error {
 		return err
 	}
 	defer stop()
-	const shown = "-live -redis ADDR -strategies exact,reserve -sync 200ms"
+	const shown = "-live -redis ADDR -strategies exact,optimistic,reserve -sync 200ms"
 	args := strings.Fields(strings.Replace(shown, "ADDR", addr, 1))
 	if d.LiveOne, err = r.simJSON(shown+" -instances 1", append(args, "-instances", "1")...); err != nil {
 		return err
@@ -425,7 +425,7 @@ func (r *runner) tests(d *data) error {
 	for _, t := range []struct{ title, env, pkg, run string }{
 		{"One hot key on an exact limiter, whole and split 3 ways", "", "./sharding/", "TestGlobalSpreadsOverMasters"},
 		{"One hot hybrid key, whole and split; exact budgets across splits and merges", "", "./sync/",
-			"TestShardedSpreadsOverMasters|TestShardedReserveExact|TestAutoShardsMoveEveryToken"},
+			"TestShardedSpreadsOverMasters|TestShardedReserveExact|TestAutoSplitMovesEveryToken"},
 		{"Master failover and SIGKILL, exact limiters; many identities expiring", "", "./global/", "TestFailover|TestManyIdentities"},
 		{"Master failover and SIGKILL, hybrid limiter", "", "./sync/", "TestFailover"},
 		{"A fleet of 4 processes, 10,000 decisions a second each for 20 s, 200 keys Zipf 1.1, through the death (SIGKILL), a 3 s stall (SIGSTOP) and the failover (CLUSTER FAILOVER) of the master of the hottest key and of the presence record at 10 s; each line is one run: tokens over B + r T, in all and on the other masters' keys, the worst key, the window bound, limit denials of keys under half their rate",

@@ -109,7 +109,7 @@ func TestPageRenders(t *testing.T) {
 		res(sim.Reserve, 100), res(sim.Reserve, 200), res(sim.Reserve, 1000),
 	}}, Output: "the table"}
 	live := SimRun{Cmd: "go run ./cmd/sim -live", Report: &sim.Report{Mode: "live"}}
-	for _, r := range []sim.Result{res(sim.Exact, 0), res(sim.Reserve, 200)} {
+	for _, r := range []sim.Result{res(sim.Exact, 0), res(sim.Optimistic, 200), res(sim.Reserve, 200)} {
 		r.DecisionsPerSec, r.DecisionP50NS, r.DecisionP99NS = f(2.5e6), i(400), i(1200)
 		live.Report.Results = append(live.Report.Results, r)
 	}
@@ -136,7 +136,7 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		"| CPU | a CPU, 2 logical CPUs |",
 		"| hybrid decision with local allowance, one hot key, 2 goroutines | 14.2 ns, 0 allocs",
 		"`go test -bench 'A\\|B'` |", // a pipe in a table cell is escaped
-		"Reserve 2.50M, exact 2.50M (1x)",
+		"Reserve 2.50M, exact 2.50M (1.0x)",
 		"(50ms and 100ms here)",
 		"| LimiterAllow/striped=true | 3 | 14.2 (13-15) |",
 	} {

@@ -147,12 +147,17 @@ func perSec(r sim.Result) (string, error) {
 	return strconv.FormatFloat(x, 'f', 0, 64), nil
 }
 
-// speedup prints how many times a's decisions a second are b's.
+// speedup prints how many times a's decisions a second are b's: 38x,
+// 2.4x.
 func speedup(a, b sim.Result) (string, error) {
 	if a.DecisionsPerSec == nil || b.DecisionsPerSec == nil || *b.DecisionsPerSec == 0 {
 		return "", fmt.Errorf("%s, %s: no decisions/s to compare", a.Label(), b.Label())
 	}
-	return strconv.FormatFloat(*a.DecisionsPerSec / *b.DecisionsPerSec, 'f', 0, 64) + "x", nil
+	x, digits := *a.DecisionsPerSec / *b.DecisionsPerSec, 0
+	if x < 10 {
+		digits = 1 // 2.4x, not 2x
+	}
+	return strconv.FormatFloat(x, 'f', digits, 64) + "x", nil
 }
 
 // latency prints a live result's latency to three significant digits:

@@ -1,0 +1,228 @@
+package sync
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+)
+
+// testPolicy is the default configuration's lease policy without jitter,
+// so that durations come out exact.
+func testPolicy() policy {
+	return policy{interval: 250 * time.Millisecond, lookahead: 2, stretchCap: 64, lowLimit: 2}
+}
+
+var perSecond1000 = hybridlimit.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+
+// steady is a whole key of 1000/s on one instance, spending 100/s, its
+// bucket full.
+func steady() holding {
+	return holding{limit: perSecond1000, shards: 1, live: 1, demand: 100, held: 100, left: 1000, serving: true}
+}
+
+func TestLease(t *testing.T) {
+	p := testPolicy()
+	for _, tt := range []struct {
+		name string
+		edit func(*holding)
+		want int64
+	}{
+		// 100/s over two intervals is 50; the bucket's eighth (125) holds
+		// twice that, not four times: stretched once.
+		{"stretched once", func(*holding) {}, 100},
+		{"bucket empty: not stretched", func(h *holding) { h.left = 0 }, 50},
+		{"bucket at an eighth of twice: not stretched", func(h *holding) { h.left = 799 }, 50},
+		{"room for the cap: 64 leases of half a token", func(h *holding) { h.demand, h.left = 1, 1000 }, 32},
+		{"more instances share the room", func(h *holding) { h.live = 2 }, 50},
+		{"no demand: the minimum lease", func(h *holding) { h.demand = 0 }, 8},
+		{"minimum lease a quarter of a share", func(h *holding) { h.demand, h.live = 0, 100 }, 2},
+		{"idle past the hold", func(h *holding) { h.unused = 10 * time.Second }, 0},
+		{"idle just under the hold", func(h *holding) { h.unused = 10*time.Second - 1 }, 100},
+		{"a part not serving", func(h *holding) { h.serving = false }, 0},
+		{"a low limit", func(h *holding) { h.limit = hybridlimit.Limit{Rate: 4, Period: time.Second, Burst: 1000} }, 0},
+	} {
+		h := steady()
+		tt.edit(&h)
+		if got := p.lease(h); got != tt.want {
+			t.Errorf("%s: lease(%+v) = %d, want %d", tt.name, h, got, tt.want)
+		}
+	}
+	if got := (policy{interval: 250 * time.Millisecond, lookahead: 2, stretchCap: 1, lowLimit: 2}).lease(steady()); got != 50 {
+		t.Errorf("stretch cap 1: lease %d, want 50", got)
+	}
+}
+
+func TestIsLowLimit(t *testing.T) {
+	p := testPolicy()
+	eight := hybridlimit.Limit{Rate: 8, Period: time.Second, Burst: 8} // 2 tokens an interval
+	for _, tt := range []struct {
+		live   int64
+		shards int
+		want   bool
+	}{
+		{1, 1, false}, // 2 per instance: at the threshold, not under it
+		{2, 1, true},  // 1 per instance
+		{2, 2, false}, // each part serves one instance
+		{3, 2, true},  // 1.5 instances a part
+		{1, 4, false}, // fewer instances than parts: still the key's rule
+	} {
+		if got := p.isLowLimit(eight, tt.shards, tt.live); got != tt.want {
+			t.Errorf("live %d, shards %d: isLowLimit = %v, want %v", tt.live, tt.shards, got, tt.want)
+		}
+	}
+}
+
+func TestTopUp(t *testing.T) {
+	p := testPolicy()
+	for _, tt := range []struct {
+		held, want, waiting int64
+		excess, more        int64
+	}{
+		{0, 50, 0, 0, 50},   // under its low mark (37.5 at 100/s)
+		{40, 50, 0, 0, 0},   // above it: nothing to say
+		{40, 50, 1, 0, 10},  // a decision waits
+		{60, 50, 3, 0, 0},   // holds what waits already
+		{100, 50, 0, 0, 0},  // twice what it wants, not more
+		{120, 50, 0, 70, 0}, // more than twice: hand back to want
+		{5, 0, 0, 5, 0},     // wants nothing: hand back all
+		{0, 0, 0, 0, 0},
+	} {
+		h := steady()
+		h.held = tt.held
+		excess, more := p.topUp(h, tt.waiting, tt.want)
+		if excess != tt.excess || more != tt.more {
+			t.Errorf("held %d, want %d, waiting %d: topUp = %d, %d; want %d, %d", tt.held, tt.want, tt.waiting, excess, more, tt.excess, tt.more)
+		}
+	}
+	if w := p.want(steady(), 2000); w != 1000 {
+		t.Errorf("want with 2000 waiting = %d, want the burst", w)
+	}
+}
+
+func TestNext(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for _, tt := range []struct {
+		name       string
+		optimistic bool
+		demand     float64
+		held, left int64
+		want       time.Duration
+	}{
+		{"no demand", false, 0, 0, 1000, ms(250)},
+		{"holds a second of demand", false, 100, 100, 1000, ms(250)},
+		{"runs out in 200ms: half of that", false, 100, 20, 1000, ms(100)},
+		{"runs out in 100ms: a tick at least", false, 100, 10, 1000, ms(62.5)},
+		{"bucket under a tenth: half an interval", false, 100, 100, 50, ms(125)},
+		{"rationed: the bucket cannot feed it", false, 100, 10, 20, ms(125)},
+		{"rationed optimistic: not", true, 100, 10, 20, ms(62.5)},
+		{"bucket empty: no sooner", false, 100, 10, 0, ms(250)},
+		{"bucket empty optimistic: sooner", true, 100, 10, 0, ms(62.5)},
+	} {
+		p := testPolicy()
+		p.optimistic = tt.optimistic
+		h := steady()
+		h.demand, h.held, h.left = tt.demand, tt.held, tt.left
+		if got := p.next(h, 7); got != tt.want {
+			t.Errorf("%s: next = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestQuiet(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		demand float64
+		held   int64
+		unused time.Duration
+		left   int64
+		want   time.Duration
+	}{
+		// Lease 100, low mark 50: 950 above it at 100/s is 9.5 s, a
+		// quarter of which is past the 2 s cap.
+		{"far above its low mark", 100, 1000, 0, 1000, 2 * time.Second},
+		{"250 above: a quarter of 2.5s", 100, 300, 0, 1000, 625 * time.Millisecond},
+		{"150 above: under two intervals", 100, 200, 0, 1000, 250 * time.Millisecond},
+		{"bucket low: next", 100, 1000, 0, 99, 125 * time.Millisecond},
+		{"unused 5s: the hold ends in 5s, capped", 0, 8, 5 * time.Second, 1000, 2 * time.Second},
+		{"unused 9.8s: the hold ends sooner than two intervals", 0, 8, 9800 * time.Millisecond, 1000, 250 * time.Millisecond},
+		{"just fetched, no demand yet", 0, 8, 100 * time.Millisecond, 1000, 250 * time.Millisecond},
+	} {
+		p := testPolicy()
+		h := steady()
+		h.demand, h.held, h.unused, h.left = tt.demand, tt.held, tt.unused, tt.left
+		if got := p.quiet(h, 7); got != tt.want {
+			t.Errorf("%s: quiet = %v, want %v", tt.name, got, tt.want)
+		}
+		p.optimistic = true
+		if got, next := p.quiet(h, 7), p.next(h, 7); got != next {
+			t.Errorf("%s, optimistic: quiet = %v, want next, %v", tt.name, got, next)
+		}
+	}
+}
+
+func TestJitter(t *testing.T) {
+	p := testPolicy()
+	p.jitter = 0.1
+	lo, hi := 2.0, 0.0
+	for seed := range uint64(10_000) {
+		f := p.jitterOf(seed)
+		if f != p.jitterOf(seed) {
+			t.Fatalf("seed %d: jitter not deterministic", seed)
+		}
+		lo, hi = min(lo, f), max(hi, f)
+	}
+	if lo < 0.9 || hi > 1.1 || lo > 0.91 || hi < 1.09 {
+		t.Errorf("jitter 0.1 over 10,000 seeds spans [%v, %v], want about [0.9, 1.1]", lo, hi)
+	}
+	if f := testPolicy().jitterOf(12345); f != 1 {
+		t.Errorf("no jitter: factor %v, want 1", f)
+	}
+}
+
+func TestIdleHoldAndTick(t *testing.T) {
+	for _, tt := range []struct {
+		interval   time.Duration
+		hold, tick time.Duration
+	}{
+		{250 * time.Millisecond, 10 * time.Second, 62500 * time.Microsecond},
+		{time.Second, 40 * time.Second, 250 * time.Millisecond},
+		{2 * time.Millisecond, 10 * time.Second, time.Millisecond},
+	} {
+		p := policy{interval: tt.interval}
+		if p.idleHold() != tt.hold || p.tick() != tt.tick {
+			t.Errorf("interval %v: idle hold %v, tick %v; want %v, %v", tt.interval, p.idleHold(), p.tick(), tt.hold, tt.tick)
+		}
+	}
+}
+
+// TestUsage steps the demand estimate over a time grid of rounds 250 ms
+// apart, with a fetch between two of them.
+func TestUsage(t *testing.T) {
+	const interval = 250 * time.Millisecond
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	var u usage
+	for i, step := range []struct {
+		at, consumed int64 // ms, tokens in all
+		rate         float64
+		usedAt       int64 // ms
+	}{
+		{250, 50, 200, 250},                        // 50 in a quarter second
+		{500, 50, 100, 250},                        // none: decays by half
+		{750, 50, 50, 250},                         // none again
+		{800, 80, 30 / 0.55, 250},                  // a fetch: 30 over the 550 ms since use, above 50, so raised
+		{1000, 80, (30/0.55 + 30/0.75) / 2, 1000},  // a round: 30 over 750 ms, the average of it and the raised rate
+		{1010, 81, (30/0.55 + 30/0.75) / 2, 1000},  // a fetch 10 ms on: 1 over half an interval is less
+		{1250, 100, 20 / 0.25, 1250},               // 20 in 250 ms: a rise, at once
+		{1250 + 0, 100, 20 / 0.25, 1250},           // the same instant: nothing measured
+		{1500, 100, 20 / 0.25 / 2, 1250},           // quiet again
+		{1500 + 500, 100, 20 / 0.25 / 2 / 2, 1250}, // a late round, half again
+		{2000 + 1000, 100, 20 / 0.25 / 2 / 2 / 2, 1250},
+	} {
+		u.observe(step.consumed, ms(step.at), interval)
+		if math.Abs(u.rate-step.rate) > 1e-9 || u.usedAt != ms(step.usedAt) {
+			t.Errorf("step %d at %dms, %d consumed: rate %v, used at %v; want %v, %dms", i, step.at, step.consumed, u.rate, time.Duration(u.usedAt), step.rate, step.usedAt)
+		}
+	}
+}

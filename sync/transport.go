@@ -1,0 +1,341 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/lua"
+)
+
+// transport carries a round's messages to Redis and their replies back:
+// one script call per slot group (or per round, off a cluster) and
+// maxKeys messages, pipelined per node, NOSCRIPT answered with EVAL, WAIT
+// under durable sync, and every reply checked (lua.ParseSyncReplies). It
+// knows messages and replies, not leases; it tells each node's breaker
+// how its calls went.
+type transport struct {
+	rdb     hybridlimit.Redis
+	header  [lua.SyncHeaderArgs]any
+	perSlot bool // one call per slot group: needed on a cluster
+	maxKeys int  // messages per call
+	durable durability
+	// name appends the two key names of m's part to dst (see appendPartKeys).
+	name  func(dst []byte, m *message) ([]byte, [lua.SyncKeys]int)
+	nodes *nodes
+	stats *counters
+	clock Clock
+}
+
+// durability is WithDurableSync's setting: no replicas for none.
+type durability struct {
+	replicas int
+	timeout  time.Duration
+}
+
+// pipelineCalls bounds the script calls in one pipeline, and
+// pipelineParallel the pipelines in flight at once.
+const (
+	pipelineCalls    = 64
+	pipelineParallel = 4
+)
+
+// send sends msgs and stores the replies in them. A call that fails
+// leaves its messages without a reply; the next round says the same in
+// absolute terms, so nothing is lost and nothing counts twice.
+func (t *transport) send(ctx context.Context, msgs []message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	defer t.stats.observeRound(time.Now(), len(msgs))
+	calls := t.batches(msgs)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(pipelineParallel)
+	var mu stdsync.Mutex
+	var errs []error
+	for node, calls := range t.byNode(ctx, calls) {
+		for i := 0; i*pipelineCalls < len(calls); i++ {
+			part := calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]
+			g.Go(func() error {
+				if err := t.pipeline(ctx, node, part); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
+	}
+	_ = g.Wait()
+	t.stats.scriptCalls.Add(uint64(len(calls)))
+	t.judgeNodes(calls)
+	return errors.Join(errs...)
+}
+
+// judgeNodes tells each node's breaker how its calls in a round went: well
+// if any of them was answered, else with the first call's error. A call
+// cut short by its caller (the loop's ctx ended) says nothing of Redis.
+func (t *transport) judgeNodes(calls []*call) {
+	now := t.clock.Now()
+	answered := make(map[*node]bool)
+	failed := make(map[*node]error)
+	for _, c := range calls {
+		n := t.nodes.of(c.group)
+		switch {
+		case c.err == nil:
+			answered[n] = true
+		case errors.Is(c.err, context.Canceled):
+		case failed[n] == nil:
+			failed[n] = c.err
+		}
+	}
+	for n := range answered {
+		n.breaker.outcome(now, nil)
+	}
+	for n, err := range failed {
+		if !answered[n] {
+			n.breaker.outcome(now, err)
+		}
+	}
+}
+
+// masterForKey is the part of *redis.ClusterClient that finds a key's node.
+type masterForKey interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// byNode returns the calls to send through each client: all through the
+// limiter's client, unless durable sync is on with a cluster client. WAIT
+// counts the replicas that have the writes of its own connection, so then
+// each node's calls go through that node's client, in pipelines that end
+// with WAIT on the same connection.
+func (t *transport) byNode(ctx context.Context, calls []*call) map[hybridlimit.Redis][]*call {
+	cc, cluster := t.rdb.(masterForKey)
+	if t.durable.replicas == 0 || !cluster {
+		return map[hybridlimit.Redis][]*call{t.rdb: calls}
+	}
+	out := make(map[hybridlimit.Redis][]*call)
+	for _, c := range calls {
+		var node hybridlimit.Redis = t.rdb // no node known: the calls fail (waitReplicas) and go again next round
+		if n, err := cc.MasterForKey(ctx, c.keys[0]); err == nil {
+			node = n
+		}
+		out[node] = append(out[node], c)
+	}
+	return out
+}
+
+// call is one script call: the messages of one slot group, in order.
+type call struct {
+	group int // the slot group of its messages (the first's, off a cluster)
+	msgs  []*message
+	keys  []string
+	argv  []string // one message per key (lua.SyncMsg)
+	args  []any    // the header, then a pointer to each of argv
+	err   error    // why the call got no usable reply, once sent
+}
+
+// batches splits the messages into script calls by slot group. Each
+// message's integers are written as text into one buffer per call, and its
+// two key names into another; each buffer becomes one string that the
+// call's ARGV and KEYS slice, and the command refers to them by pointer,
+// which an interface holds without copying. So a call costs a few
+// allocations whatever its number of messages, and an entry keeps no key
+// names.
+func (t *transport) batches(msgs []message) []*call {
+	// A script call may touch one slot only on a cluster; elsewhere one
+	// call carries every group's messages (maxKeys at a time).
+	group := func(m *message) int { return m.group }
+	if !t.perSlot {
+		group = func(*message) int { return 0 }
+	}
+	perGroup := make(map[int]int)
+	for i := range msgs {
+		perGroup[group(&msgs[i])]++
+	}
+	open := make(map[int]*building, len(perGroup))
+	var all []*building
+	for i := range msgs {
+		m := &msgs[i]
+		g := group(m)
+		c := open[g]
+		if c == nil || len(c.msgs) == t.maxKeys {
+			n := min(perGroup[g], t.maxKeys)
+			perGroup[g] -= n
+			c = t.newBuilding(m.group, n)
+			open[g] = c
+			all = append(all, c)
+		}
+		c.add(t, m)
+	}
+	calls := make([]*call, len(all))
+	for i, c := range all {
+		calls[i] = c.finish()
+	}
+	return calls
+}
+
+// building is a call being written: its messages' ARGV and KEYS end to
+// end, and where each ends.
+type building struct {
+	*call
+	text, names []byte
+	ends, nends []int
+}
+
+// newBuilding starts a call of group g for n messages.
+func (t *transport) newBuilding(g, n int) *building {
+	return &building{
+		call: &call{
+			group: g,
+			msgs:  make([]*message, 0, n),
+			args:  append(make([]any, 0, len(t.header)+n), t.header[:]...),
+		},
+		text:  make([]byte, 0, 64*n),
+		ends:  make([]int, 0, n),
+		names: make([]byte, 0, lua.SyncKeys*48*n),
+		nends: make([]int, 0, lua.SyncKeys*n),
+	}
+}
+
+// add writes m into the call.
+func (c *building) add(t *transport, m *message) {
+	c.msgs = append(c.msgs, m)
+	var ends [lua.SyncKeys]int
+	c.names, ends = t.name(c.names, m)
+	c.nends = append(c.nends, ends[:]...)
+	c.text = m.wire.Append(c.text)
+	c.ends = append(c.ends, len(c.text))
+}
+
+// finish cuts the call's ARGV and KEYS from its buffers.
+func (c *building) finish() *call {
+	c.argv = cut(c.text, c.ends)
+	for j := range c.argv {
+		c.args = append(c.args, &c.argv[j]) // a pointer, not a string, to box: no allocation
+	}
+	c.keys = cut(c.names, c.nends)
+	return c.call
+}
+
+// cut makes one string of buf and returns its pieces, each ending where
+// ends says.
+func cut(buf []byte, ends []int) []string {
+	all, start := string(buf), 0
+	out := make([]string, len(ends))
+	for i, end := range ends {
+		out[i], start = all[start:end], end
+	}
+	return out
+}
+
+// pipeline sends calls in one pipeline and decodes the replies. Calls that
+// meet NOSCRIPT (a restarted or failed-over node) are sent again with EVAL,
+// which also loads the script there; messages are idempotent, so a call
+// that did run is harmless to repeat.
+func (t *transport) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls []*call) error {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.IntSliceCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = lua.Sync.EvalShaInts(ctx, pipe, c.keys, c.args)
+	}
+	durable := make([]error, len(calls))
+	wait := t.waitReplicas(ctx, rdb, pipe)
+	_, _ = pipe.Exec(ctx)
+	var retry []int
+	for i, cmd := range cmds {
+		if lua.IsNoScript(cmd.Err()) {
+			retry = append(retry, i)
+		} else {
+			durable[i] = wait()
+		}
+	}
+	if len(retry) > 0 {
+		pipe = rdb.Pipeline()
+		for _, i := range retry {
+			cmds[i] = lua.Sync.EvalInts(ctx, pipe, calls[i].keys, calls[i].args)
+		}
+		wait := t.waitReplicas(ctx, rdb, pipe)
+		_, _ = pipe.Exec(ctx)
+		for _, i := range retry {
+			durable[i] = wait()
+		}
+	}
+	var errs []error
+	for i, cmd := range cmds {
+		if err := t.receive(cmd, durable[i], calls[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// receive stores the reply of c, its command cmd, in c's messages, or
+// records why there is none: the command's error, or durable's, WAIT's.
+func (t *transport) receive(cmd *redis.IntSliceCmd, durable error, c *call) error {
+	reply, err := lua.IntsReply(cmd)
+	if err == nil {
+		err = durable
+	}
+	if err == nil {
+		err = decodeInto(reply, c.msgs)
+	} else {
+		lua.NoteError(t.rdb, err) // a dead master: learn who took over
+	}
+	if err != nil {
+		t.stats.countError(err)
+	}
+	c.err = err
+	return err
+}
+
+// errNotDurable is wrapped by the errors of sync calls whose writes fewer
+// replicas than WithDurableSync asks for acknowledged in time (counted as
+// ErrorTimeout).
+var errNotDurable = errors.New("sync: writes not acknowledged by enough replicas")
+
+// waitReplicas adds WAIT to pipe when durable sync is on, and returns what
+// reports its outcome once pipe ran: nil when enough replicas have the
+// writes of the pipeline's connection. Without durable sync it adds
+// nothing and reports nil. A cluster client's pipeline spreads over nodes,
+// so WAIT is added only to a node's own client (see byNode).
+func (t *transport) waitReplicas(ctx context.Context, rdb hybridlimit.Redis, pipe redis.Pipeliner) func() error {
+	d := t.durable
+	if d.replicas == 0 {
+		return func() error { return nil }
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		// byNode found no node for these calls: no promise to keep.
+		return func() error { return fmt.Errorf("%w: no node known for the keys", errNotDurable) }
+	}
+	cmd := pipe.Do(ctx, "WAIT", d.replicas, d.timeout.Milliseconds())
+	return func() error {
+		n, err := cmd.Int()
+		if err != nil {
+			return fmt.Errorf("sync: WAIT: %w", err)
+		}
+		if n < d.replicas {
+			return fmt.Errorf("%w: %d of %d within %v", errNotDurable, n, d.replicas, d.timeout)
+		}
+		return nil
+	}
+}
+
+// decodeInto checks a call's reply and stores each message's part in it.
+func decodeInto(reply []int64, msgs []*message) error {
+	replies := make([]lua.SyncReply, len(msgs))
+	if err := lua.ParseSyncReplies(reply, replies); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	for i, m := range msgs {
+		m.reply, m.ok = replies[i], true
+	}
+	return nil
+}
