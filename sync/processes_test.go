@@ -30,8 +30,13 @@ import (
 // fleetEnv carries a worker's configuration, JSON, to the re-run binary.
 const fleetEnv = "HYBRIDLIMIT_FLEET_WORKER"
 
-// fleetBucket is the time resolution of a worker's log.
-const fleetBucket = 100 * time.Millisecond
+// fleetBucket is the time resolution of a worker's log, and fleetSlack
+// how long past its run a log reaches: a worker starved of CPU finishes its
+// decisions late.
+const (
+	fleetBucket = 100 * time.Millisecond
+	fleetSlack  = 5 * time.Second
+)
 
 type fleetConfig struct {
 	Addrs    []string
@@ -59,7 +64,8 @@ type fleetLog struct {
 	Degraded    [][]int64 // denied by the failure policy: SourceFallback
 	Errors      int64
 	FirstError  string
-	Late        int64 // decisions that began after their scheduled time by more than a second
+	Late        int64         // decisions that began after their scheduled time by more than a second
+	Last        time.Duration // when the last decision ended, since the fleet's start
 	Stats       hlsync.Stats
 	MaxDecision time.Duration
 }
@@ -119,7 +125,7 @@ func runFleetWorker(cfg fleetConfig) (*fleetLog, error) {
 	if err := lim.Start(); err != nil {
 		return nil, err
 	}
-	buckets := int(cfg.Run/fleetBucket) + 1
+	buckets := int((cfg.Run+fleetSlack)/fleetBucket) + 1
 	grid := func() [][]int64 {
 		g := make([][]int64, len(cfg.Keys))
 		for i := range g {
@@ -153,6 +159,7 @@ func runFleetWorker(cfg fleetConfig) (*fleetLog, error) {
 				log.Errors += mine.Errors
 				log.Late += mine.Late
 				log.MaxDecision = max(log.MaxDecision, mine.MaxDecision)
+				log.Last = max(log.Last, mine.Last)
 				if log.FirstError == "" {
 					log.FirstError = mine.FirstError
 				}
@@ -174,6 +181,7 @@ func runFleetWorker(cfg fleetConfig) (*fleetLog, error) {
 				cancel()
 				done := time.Now()
 				mine.MaxDecision = max(mine.MaxDecision, done.Sub(began))
+				mine.Last = max(mine.Last, done.Sub(cfg.Start))
 				b := min(max(int(done.Sub(cfg.Start)/fleetBucket), 0), buckets-1)
 				switch {
 				case err != nil:
@@ -310,38 +318,51 @@ type fleetReport struct {
 	worstKey             string
 	worstOver            float64  // the worst key's admitted / (B + r T) - 1
 	windowOver           int64    // tokens above the window bound, worst window of each key, summed
-	falseDenials         int64    // limit denials of keys whose demand stays under half their rate
+	falseDenials         int64    // limit denials of keys whose demand was under half their rate in the second before
 	falseAt              []string // where: key@seconds
 	degraded, denied     int64
 	errors               int64
 	maxDecision          time.Duration
+	span                 time.Duration // from the start to the last decision's end: T
+	late                 int64
 	fallbackAllowed      uint64
 	breakerOpens, owedIn uint64
 }
 
 func (r fleetReport) String() string {
 	return fmt.Sprintf("over B+rT %d of %d tokens (%.3f%%), on healthy masters %d; worst key %s %+.1f%%; window bound exceeded by %d; "+
-		"limit denials of cold keys %d %v; policy denials %d, limit denials %d, errors %d; slowest decision %v; fallback admitted %d; breaker opens %d",
+		"limit denials of cold keys %d %v; policy denials %d, limit denials %d, errors %d; slowest decision %v; T %v, decisions late by over 1s %d; "+
+		"fallback admitted %d; breaker opens %d",
 		r.over, r.budget, 100*float64(r.over)/float64(r.budget), r.overHealthy, r.worstKey, 100*r.worstOver, r.windowOver,
-		r.falseDenials, r.falseAt, r.degraded, r.denied, r.errors, r.maxDecision, r.fallbackAllowed, r.breakerOpens)
+		r.falseDenials, r.falseAt, r.degraded, r.denied, r.errors, r.maxDecision, r.span.Round(time.Millisecond), r.late,
+		r.fallbackAllowed, r.breakerOpens)
 }
 
-// analyse holds every key's admissions against B + r T over the run and
-// against design 6.3's window bound for Reserve, B + r(T + k I) + B/2
-// with k = 2 lease intervals, over windows of 1 s and of the whole run.
-// faulted says which keys' master the fault touched.
+// analyse holds every key's admissions against B + r T over the run, T
+// from the start to the last decision's end (a worker starved of CPU ends
+// late, and the buckets refill meanwhile), and against design 6.3's window
+// bound for Reserve, B + r(T + k I) + B/2 with k = 2 lease intervals, over
+// windows of 1 s and of the whole run. A limit denial is false when the
+// fleet asked for the key less than half its rate in the second up to it
+// (a starved worker catching up asks in bursts). faulted says which keys'
+// master the fault touched.
 func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) bool) fleetReport {
-	var r fleetReport
-	buckets := int(f.Run / fleetBucket)
+	r := fleetReport{span: f.Run}
+	for _, l := range logs {
+		r.span = max(r.span, l.Last)
+		r.late += l.Late
+	}
+	buckets := len(logs[0].Admitted[0])
+	second := int(time.Second / fleetBucket)
 	for k, key := range keys {
 		limit := fleetLimit(k)
 		rate := float64(limit.Rate) / limit.Period.Seconds()
-		admitted := make([]int64, buckets+1)
-		var demand int64
+		admitted := make([]int64, buckets)
+		demand := make([]int64, buckets)
 		for _, l := range logs {
 			for b := range admitted {
 				admitted[b] += l.Admitted[k][b]
-				demand += l.Admitted[k][b] + l.Denied[k][b] + l.Degraded[k][b]
+				demand[b] += l.Admitted[k][b] + l.Denied[k][b] + l.Degraded[k][b]
 			}
 		}
 		var all int64
@@ -349,7 +370,7 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 			all += a
 		}
 		extra := f.Budget * float64(limit.Burst) // Optimistic's budget
-		budget := limit.Burst + int64(math.Floor(rate*f.Run.Seconds()+extra))
+		budget := limit.Burst + int64(math.Floor(rate*r.span.Seconds()+extra))
 		r.budget += budget
 		if over := all - budget; over > 0 {
 			r.over += over
@@ -362,7 +383,7 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 		}
 		// Window bound: the worst window of each length.
 		var worst int64
-		for _, w := range []int{int(time.Second / fleetBucket), buckets} {
+		for _, w := range []int{second, buckets} {
 			bound := float64(limit.Burst) + rate*(float64(w)*fleetBucket.Seconds()+2*f.Interval.Seconds()) + float64(limit.Burst)/2
 			if f.Mode == hlsync.Optimistic {
 				bound = float64(limit.Burst) + rate*float64(w)*fleetBucket.Seconds() + extra
@@ -383,9 +404,15 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 			}
 		}
 		r.windowOver += worst
-		cold := float64(demand) < rate*f.Run.Seconds()/2
-		for _, l := range logs {
-			for b := range admitted {
+		var asked int64 // in the second up to bucket b
+		for b := range admitted {
+			asked += demand[b]
+			if b >= second {
+				asked -= demand[b-second]
+			}
+			seen := time.Duration(min(b+1, second)) * fleetBucket // the run's first second is shorter
+			cold := float64(asked) < rate/2*seen.Seconds()
+			for _, l := range logs {
 				if cold && l.Denied[k][b] > 0 {
 					r.falseDenials += l.Denied[k][b]
 					r.falseAt = append(r.falseAt, fmt.Sprintf("%s@%.1fs", key, float64(b)*fleetBucket.Seconds()))
