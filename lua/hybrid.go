@@ -9,8 +9,12 @@ import (
 // ARGV and reply: Sync's in SyncHeader, SyncMsg and SyncReply, Reshard's in
 // ReshardStep and ReshardReply.
 var (
-	// Sync reconciles a batch of keys of one slot with the global buckets.
+	// Sync reconciles a batch of keys with the global buckets, for one
+	// Redis server (or Sentinel's master).
 	Sync = load("sync")
+	// SyncCluster is Sync declaring allow-cross-slot-keys, for a cluster:
+	// one call carries the keys of every slot one master serves.
+	SyncCluster = flagged(Sync, "allow-cross-slot-keys")
 	// Presence records a live instance and counts the live ones.
 	Presence = load("presence")
 	// Reshard moves a split key's parts from one layout to another, one

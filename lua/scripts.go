@@ -34,6 +34,14 @@ func File(file string) (string, error) {
 	return string(b), err
 }
 
+// flagged returns s with a shebang declaring flags (Redis 7 script flags)
+// before its source, under the same name. The flags are the script's
+// first line, where Redis reads them; servers that do not know them (an
+// embedded Redis for tests) must run s itself.
+func flagged(s *Script, flags string) *Script {
+	return NewScript(s.name, "#!lua flags="+flags+"\n"+s.src)
+}
+
 // load builds the Script for name.lua: the preamble followed by the body.
 // The files are compiled into the binary, so a missing one is a build
 // mistake that the package's tests catch; it panics at init rather than

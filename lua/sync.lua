@@ -1,5 +1,5 @@
 -- sync: one reconcile round of the hybrid limiter for a batch of keys that
--- share one hash slot. Each key has one global bucket and, per instance, a
+-- one Redis node serves. Each key has one global bucket and, per instance, a
 -- ledger that makes every message idempotent: a message is applied only if
 -- its sequence number is above the ledger's, and it carries absolute totals,
 -- never deltas, so a retried, duplicated or late message cannot count twice.
@@ -42,7 +42,21 @@
 -- microseconds, rarely a whole number. Whole tokens are counted with a
 -- tolerance of 1e-6 token against float rounding.
 --
--- KEYS[2i-1]  global bucket of key i: a hash (see preamble.lua) holding
+-- On a cluster the call carries the keys of several slots that one master
+-- serves (the flagged variant, lua.SyncCluster, declares
+-- allow-cross-slot-keys): it declares one key, which routes it to that
+-- master, and names every key in ARGV. A key whose slot the node does not
+-- serve (the slot moved) is answered "elsewhere" and nothing is written
+-- for it; its instance sends the message again, to the new master.
+--
+-- KEYS[1]     the first message's bucket (ARGV[6]), which routes the call.
+-- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
+-- ARGV[2]     ledger TTL in milliseconds, an integer.
+-- ARGV[3]     mode: "reserve" or "optimistic".
+-- ARGV[4]     this instance's id.
+-- ARGV[5]     allowance lifetime in microseconds.
+-- Then three arguments for each key i, from ARGV[6]:
+-- ARGV[3i+3]  global bucket of key i: a hash (see preamble.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
 --             (l:<id>): "seq epoch total at": the last applied sequence
 --             number, the epoch (first sequence number) of the instance's
@@ -53,14 +67,9 @@
 --             ledgers of the others once the hash holds more than a few.
 --             The key lives until its bucket is full again and every
 --             ledger in it stale.
--- KEYS[2i]    allowances of key i (optimistic mode with a budget): hash from
---             instance id to "allowance lapse_us".
--- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
--- ARGV[2]     ledger TTL in milliseconds, an integer.
--- ARGV[3]     mode: "reserve" or "optimistic".
--- ARGV[4]     this instance's id.
--- ARGV[5]     allowance lifetime in microseconds.
--- ARGV[5+i]  the message of key i: eleven integers in decimal, separated
+-- ARGV[3i+4]  allowances of key i (optimistic mode with a budget): hash from
+--             instance id to "allowance lapse_us"; in the bucket's slot.
+-- ARGV[3i+5]  the message of key i: eleven integers in decimal, separated
 --             by one space (one argument rather than eleven: Redis turns
 --             every argument into a Lua string, which cost more than
 --             parsing this one):
@@ -92,10 +101,11 @@
 --                  0 without one. Above the message's own, the message
 --                  was not applied: an earlier run of this instance, under
 --                  the same id, numbered past it, its clock ahead),
---             reset (1 when the key was reset since the instance's ledger
---                    was written, sync_reset.lua: the message was not
+--             status (0; 1 when the key was reset since the instance's
+--                    ledger was written, sync_reset.lua: the message was not
 --                    applied, and the instance forgets what it holds and
---                    owes for the key; else 0).
+--                    owes for the key; 2 when this node does not serve the
+--                    key's slot: elsewhere, every other field 0).
 local now = now_us()
 local now_ms = floor_div(now, 1000)
 local now_s = floor_div(now, 1000000)
@@ -177,13 +187,13 @@ local function prune(bkey)
   end
 end
 
--- parse returns the eleven integers of a message, or raises a script error.
+-- parse returns the eleven integers of message i, or raises a script error.
 local function parse(i)
-  local m = ARGV[5 + i]
+  local m = ARGV[3 * i + 5]
   local a, b, c, d, e, f, g, h, k, n, o = string.match(m or '',
     '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) (%d+) (%d+)$')
   if not a then
-    error('ARGV[' .. (5 + i) .. '] is not a message: ' .. tostring(m))
+    error('ARGV[' .. (3 * i + 5) .. '] is not a message: ' .. tostring(m))
   end
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e),
     tonumber(f), tonumber(g), tonumber(h), tonumber(k), tonumber(n), tonumber(o)
@@ -259,12 +269,30 @@ local function owe(b, n, since, interval)
   end
 end
 
-for i = 1, #KEYS / 2 do
-  local bkey, akey = KEYS[2 * i - 1], KEYS[2 * i]
+-- elsewhere reports whether err, the error of a command on a key, says
+-- that this node does not serve the key's slot (a cluster moved it);
+-- any other error is raised.
+local function elsewhere(err)
+  if string.find(err, 'WRONGTYPE', 1, true) then error(err) end
+  return true
+end
+
+local keys = (#ARGV - 5) / 3
+if keys < 1 or keys % 1 ~= 0 or KEYS[1] ~= ARGV[6] then
+  return redis.error_reply('sync: want KEYS[1] = ARGV[6] and three ARGV a key')
+end
+for i = 1, keys do repeat -- once; break is the next key
+  local bkey, akey = ARGV[3 * i + 3], ARGV[3 * i + 4]
   local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
-  local got = redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z')
+  local r = 9 * (i - 1)
+  local got = redis.pcall('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z')
+  if got.err and elsewhere(got.err) then
+    for f = 1, 8 do reply[r + f] = 0 end
+    reply[r + 9] = 2
+    break
+  end
   local raw, l, x = got[1], got[2], got[3]
   local moved_s, moved_gen = 0, 0
   if raw and string.byte(raw, 1) == 109 then -- 'm'
@@ -355,7 +383,6 @@ for i = 1, #KEYS / 2 do
   end
   local retry = 0
   if remaining < 1 and moved_s == 0 then retry = math.ceil(tat - tolerance + interval - now) end
-  local r = 9 * (i - 1)
   reply[r + 1] = total
   reply[r + 2] = remaining
   reply[r + 3] = retry
@@ -365,5 +392,5 @@ for i = 1, #KEYS / 2 do
   reply[r + 7] = moved_gen
   reply[r + 8] = lseq
   reply[r + 9] = reset and 1 or 0
-end
+until true end
 return reply

@@ -21,11 +21,11 @@ func BenchmarkSyncScript(b *testing.B) {
 	c := redistest.Standalone(b)
 	ctx := b.Context()
 	prefix := redistest.Prefix(b)
-	keys := make([]string, SyncKeys*keyspace)
+	keys := make([]string, 2*keyspace) // each key's bucket and allowances
 	for i := range keyspace {
 		k := strconv.Itoa(i)
-		keys[SyncKeys*i] = prefix + "{s}:b:" + k
-		keys[SyncKeys*i+1] = prefix + "{s}:a:" + k
+		keys[2*i] = prefix + "{s}:b:" + k
+		keys[2*i+1] = prefix + "{s}:a:" + k
 	}
 	totals := make([]int64, keyspace)
 	const epoch = 1_000
@@ -36,7 +36,7 @@ func BenchmarkSyncScript(b *testing.B) {
 		b.Fatal(err)
 	}
 	var buf []byte
-	args := make([]any, SyncHeaderArgs+perCall)
+	args := make([]any, SyncHeaderArgs+SyncKeyArgs*perCall)
 	var replies [perCall]SyncReply
 	call := func() {
 		h := SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000_000}.Args()
@@ -55,10 +55,11 @@ func BenchmarkSyncScript(b *testing.B) {
 		all := string(buf)
 		start := 0
 		for j, end := range ends {
-			args[SyncHeaderArgs+j] = all[start:end]
+			a := args[SyncHeaderArgs+SyncKeyArgs*j:]
+			a[0], a[1], a[2] = &keys[2*(from+j)], &keys[2*(from+j)+1], all[start:end]
 			start = end
 		}
-		reply, err := Sync.EvalShaInts(ctx, c, keys[SyncKeys*from:SyncKeys*(from+perCall)], args).Result()
+		reply, err := Sync.EvalShaInts(ctx, c, keys[2*from:2*from+1], args).Result()
 		if err != nil {
 			b.Fatal(err)
 		}

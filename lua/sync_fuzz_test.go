@@ -237,7 +237,7 @@ func FuzzSyncScript(f *testing.F) {
 		prefix := fmt.Sprintf("%s%x:", redistest.Prefix(t), rand.Uint64())
 		lim := syncLimits[int(limits)%len(syncLimits)]
 		var buckets [2]*syncBucket
-		var keys [2][SyncKeys]string
+		var keys [2][2]string
 		for k := range buckets {
 			buckets[k] = &syncBucket{rate: lim[k][0], periodUS: lim[k][1], burst: lim[k][2], ledgers: map[string]syncLedger{}}
 		}

@@ -11,12 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The shape of a call of Sync (see sync.lua): SyncHeaderArgs arguments
-// (SyncHeader), then per key SyncKeys KEYS and one ARGV, the key's message
-// (SyncMsg); the reply holds SyncReplyLen integers per key (SyncReply).
+// The shape of a call of Sync (see sync.lua): one KEYS, the first key's
+// bucket, which routes the call; SyncHeaderArgs ARGV (SyncHeader), then
+// SyncKeyArgs per key: its bucket, its allowances and its message
+// (SyncMsg). The reply holds SyncReplyLen integers per key (SyncReply).
 const (
 	SyncHeaderArgs = 5
-	SyncKeys       = 2
+	SyncKeyArgs    = 3
 	SyncReplyLen   = 9
 )
 
@@ -116,6 +117,10 @@ type SyncReply struct {
 	// was written: the message was not applied, and the instance forgets
 	// what it holds and owes for the key.
 	Reset bool
+	// Elsewhere says the node the call ran on does not serve the key's
+	// slot (a cluster moved it): nothing was written, every other field
+	// is 0, and the message goes again to the key's master.
+	Elsewhere bool
 }
 
 // Moved reports whether the message reached a closed part: the key lives
@@ -132,12 +137,12 @@ func ParseSyncReplies(reply any, dst []SyncReply) error {
 	}
 	for i := range dst {
 		f := v[SyncReplyLen*i : SyncReplyLen*(i+1)]
-		if slices.Min(f) < 0 || f[8] > 1 || (f[5] == 0 && f[6] != 0) {
+		if slices.Min(f) < 0 || f[8] > 2 || (f[5] == 0 && f[6] != 0) || (f[8] == 2 && slices.Max(f[:8]) != 0) {
 			return fmt.Errorf("%w: sync reply %v", ErrMalformedReply, f)
 		}
 		dst[i] = SyncReply{
 			Total: f[0], Remaining: f[1], RetryUS: f[2], ResetUS: f[3], Allowance: f[4],
-			Shards: f[5], Generation: f[6], LedgerSeq: f[7], Reset: f[8] == 1,
+			Shards: f[5], Generation: f[6], LedgerSeq: f[7], Reset: f[8] == 1, Elsewhere: f[8] == 2,
 		}
 	}
 	return nil
@@ -196,4 +201,28 @@ func IntsReply(cmd *redis.IntSliceCmd) ([]int64, error) {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedReply, err)
 	}
 	return v, err
+}
+
+// SyncKey is one key's part of a call of Sync: the names of its bucket and
+// of its allowances (the same hash tag), and its message.
+type SyncKey struct {
+	Bucket, Allowances string
+	Msg                SyncMsg
+}
+
+// SyncCall returns the KEYS and ARGV of a call of Sync with header h and
+// the messages of keys, in order. The hybrid limiter writes its calls
+// without it, so as not to allocate a string per key; it serves tests and
+// tools.
+func SyncCall(h SyncHeader, keys ...SyncKey) ([]string, []any) {
+	head := h.Args()
+	args := append(make([]any, 0, SyncHeaderArgs+SyncKeyArgs*len(keys)), head[:]...)
+	for _, k := range keys {
+		args = append(args, k.Bucket, k.Allowances, k.Msg.String())
+	}
+	var route []string
+	if len(keys) > 0 {
+		route = []string{keys[0].Bucket}
+	}
+	return route, args
 }

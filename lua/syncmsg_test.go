@@ -43,9 +43,26 @@ func TestSyncBadMessage(t *testing.T) {
 	keys := []string{p + "{s}:b", p + "{s}:a"}
 	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 0 0 x", "1 1000000 1 5 5 0 -1 -1 0 0 0", "1 1000000 1 5 5 0 1 -1 0 0", "1 1000000 1 5 5 0 1 -1 0 -1 0", "1 1000000 1 5 5 0 1 -1 0 0 -1"} {
 		h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
-		_, err := Sync.Run(t.Context(), c, keys, append(h[:], msg)...)
+		_, err := Sync.Run(t.Context(), c, keys[:1], append(h[:], keys[0], keys[1], msg)...)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {
 			t.Errorf("message %q: error %v, want a script error", msg, err)
+		}
+	}
+	// A call of another shape: KEYS[1] not the first bucket, or a key's
+	// arguments short.
+	msg := SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}.String()
+	h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
+	for _, call := range []struct {
+		keys []string
+		args []any
+	}{
+		{keys[1:], append(h[:], keys[0], keys[1], msg)},
+		{keys[:1], append(h[:], keys[0], keys[1])},
+		{keys[:1], append(h[:], keys[0], keys[1], msg, keys[0])},
+		{keys[:1], h[:]},
+	} {
+		if _, err := Sync.Run(t.Context(), c, call.keys, call.args...); err == nil || !strings.Contains(err.Error(), "three ARGV a key") {
+			t.Errorf("KEYS %q, ARGV %q: error %v, want the call's shape refused", call.keys, call.args, err)
 		}
 	}
 }
@@ -79,12 +96,12 @@ func TestIntsReply(t *testing.T) {
 
 // runSync calls Sync with h and msgs and parses the reply.
 func runSync(ctx context.Context, c redis.Scripter, keys []string, h SyncHeader, msgs ...SyncMsg) ([]SyncReply, error) {
-	head := h.Args()
-	args := append([]any(nil), head[:]...)
-	for _, m := range msgs {
-		args = append(args, m.String())
+	sk := make([]SyncKey, len(msgs))
+	for i, m := range msgs {
+		sk[i] = SyncKey{Bucket: keys[2*i], Allowances: keys[2*i+1], Msg: m}
 	}
-	reply, err := Sync.Run(ctx, c, keys, args...)
+	route, args := SyncCall(h, sk...)
+	reply, err := Sync.Run(ctx, c, route, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -93,16 +110,18 @@ func runSync(ctx context.Context, c redis.Scripter, keys []string, h SyncHeader,
 }
 
 // TestParseSyncReplies checks that a reply is taken apart field by field,
-// and that one of another length, a negative field, a reset flag other
-// than 0 or 1 or a generation without shards is malformed.
+// and that one of another length, a negative field, a status other than
+// 0, 1 and 2, an elsewhere with another field set or a generation without
+// shards is malformed.
 func TestParseSyncReplies(t *testing.T) {
-	got := make([]SyncReply, 2)
-	if err := ParseSyncReplies([]int64{1, 2, 3, 4, 5, 0, 0, 8, 0, 11, 12, 13, 14, 15, 4, 2, 18, 1}, got); err != nil {
+	got := make([]SyncReply, 3)
+	if err := ParseSyncReplies([]int64{1, 2, 3, 4, 5, 0, 0, 8, 0, 11, 12, 13, 14, 15, 4, 2, 18, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2}, got); err != nil {
 		t.Fatal(err)
 	}
 	want := []SyncReply{
 		{Total: 1, Remaining: 2, RetryUS: 3, ResetUS: 4, Allowance: 5, LedgerSeq: 8},
 		{Total: 11, Remaining: 12, RetryUS: 13, ResetUS: 14, Allowance: 15, Shards: 4, Generation: 2, LedgerSeq: 18, Reset: true},
+		{Elsewhere: true},
 	}
 	if !slices.Equal(got, want) || got[0].Moved() || !got[1].Moved() {
 		t.Errorf("got %+v, want %+v", got, want)
@@ -111,7 +130,8 @@ func TestParseSyncReplies(t *testing.T) {
 		{1, 2, 3, 4, 5, 0, 0, 8},
 		{1, 2, 3, 4, 5, 0, 0, 8, 0, 0},
 		{1, -2, 3, 4, 5, 0, 0, 8, 0},
-		{1, 2, 3, 4, 5, 0, 0, 8, 2},
+		{1, 2, 3, 4, 5, 0, 0, 8, 3},
+		{1, 0, 0, 0, 0, 0, 0, 0, 2},
 		{1, 2, 3, 4, 5, 0, 3, 8, 0},
 	} {
 		if err := ParseSyncReplies(bad, got[:1]); !errors.Is(err, ErrMalformedReply) {

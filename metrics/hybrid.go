@@ -21,6 +21,7 @@ type hybridCollector struct {
 
 	keys, live, breakerOpen, lastRound                         *prometheus.Desc
 	rounds, roundErrors, fetches, messages, scriptCalls, waits *prometheus.Desc
+	elsewhere                                                  *prometheus.Desc
 	decisions, breakerOpens, breakerCloses, owed, evicted      *prometheus.Desc
 	nodeBreakerOpen, nodeBreakerOpenTime                       *prometheus.Desc
 	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
@@ -101,6 +102,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		fetches:             d("fetches_total", "On-demand rounds run for decisions out of local allowance."),
 		messages:            d("key_messages_total", "Per-key messages sent to Redis, over all rounds and fetches."),
 		scriptCalls:         d("script_calls_total", "Batched sync script calls sent to Redis."),
+		elsewhere:           d("key_messages_elsewhere_total", "Per-key messages a Redis node answered without applying, as it no longer serves their slot; each is sent again."),
 		waits:               d("waits_total", "Decisions that waited for an on-demand fetch."),
 		decisions:           d("decisions_total", "Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.", "outcome", "path"),
 		breakerOpens:        d("breaker_opens_total", "Times the breaker of a Redis node opened."),
@@ -126,7 +128,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 // Describe sends the descriptors of every metric.
 func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
-		c.fetches, c.messages, c.scriptCalls, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.owed, c.evicted,
+		c.fetches, c.messages, c.scriptCalls, c.elsewhere, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.owed, c.evicted,
 		c.nodeBreakerOpen, c.nodeBreakerOpenTime,
 		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
 		ch <- d
@@ -151,6 +153,7 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.fetches, s.Fetches)
 	counter(c.messages, s.Messages)
 	counter(c.scriptCalls, s.ScriptCalls)
+	counter(c.elsewhere, s.Elsewhere)
 	counter(c.waits, s.Waits)
 	counter(c.decisions, s.DeniedRemote, "denied", "global")
 	counter(c.decisions, s.DeniedLocal, "denied", "local")

@@ -21,7 +21,7 @@ func (f *fakeHybrid) Stats() hlsync.Stats { return hlsync.Stats(*f) }
 
 func TestHybridCollector(t *testing.T) {
 	src := &fakeHybrid{
-		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110,
+		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110, Elsewhere: 13,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Owed: 11, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
 		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
@@ -77,6 +77,9 @@ hybridlimit_sync_layout_moves_total{instance_name="a"} 4
 # HELP hybridlimit_sync_fetches_total On-demand rounds run for decisions out of local allowance.
 # TYPE hybridlimit_sync_fetches_total counter
 hybridlimit_sync_fetches_total{instance_name="a"} 7
+# HELP hybridlimit_sync_key_messages_elsewhere_total Per-key messages a Redis node answered without applying, as it no longer serves their slot; each is sent again.
+# TYPE hybridlimit_sync_key_messages_elsewhere_total counter
+hybridlimit_sync_key_messages_elsewhere_total{instance_name="a"} 13
 # HELP hybridlimit_sync_key_messages_total Per-key messages sent to Redis, over all rounds and fetches.
 # TYPE hybridlimit_sync_key_messages_total counter
 hybridlimit_sync_key_messages_total{instance_name="a"} 250

@@ -25,10 +25,12 @@ type Config struct {
 	// (Result.Diag.KeyCommands). It slows a run a little.
 	Detail bool
 	// Standalone makes virtual mode model one Redis server rather than a
-	// cluster: a sync round sends one script call for all its messages
-	// instead of one per slot group (sync.Tuning.CallPerSlotGroup is left
-	// off), which is what a limiter on a single server does.
+	// cluster of ModelMasters masters: a sync round sends one script call
+	// for all its messages instead of one per master.
 	Standalone bool
+	// Linger is the hybrid limiters' fetch linger (sync.Tuning.FetchLinger;
+	// 0, the default, is none).
+	Linger time.Duration
 	// Progress, if set, is called after each run, one call at a time.
 	Progress func(done, total int, r Result)
 }

@@ -23,15 +23,15 @@ import (
 // The zero Counter is paused; NewCounter returns one that counts. A
 // Counter is safe for concurrent use.
 type Counter struct {
-	mu      stdsync.Mutex
-	on      bool
-	phase   Phase
-	total   int64
-	keyless int64
-	slots   map[int]int64
-	phases  [phases]int64
-	keys    map[string]*[phases]int64 // nil unless detailed
-	msgs    map[string]*MsgCounts     // by bucket key; nil unless detailed
+	mu     stdsync.Mutex
+	on     bool
+	phase  Phase
+	total  int64
+	work   int64         // key messages, and keyless commands
+	slots  map[int]int64 // key messages by slot
+	phases [phases]int64
+	keys   map[string]*[phases]int64 // nil unless detailed
+	msgs   map[string]*MsgCounts     // by bucket key; nil unless detailed
 }
 
 // Phase says what the limiters were doing when a command was sent, for
@@ -40,10 +40,10 @@ type Phase int
 
 // The phases.
 const (
-	// PhaseDecision: inside a decision (an exact script, or a hybrid
-	// decision fetching allowance on demand).
+	// PhaseDecision: inside a decision (an exact script), or a hybrid
+	// round that decisions out of allowance wait for (a fetch).
 	PhaseDecision Phase = iota
-	// PhaseRound: a background reconcile round.
+	// PhaseRound: a background reconcile round no decision waits for.
 	PhaseRound
 	// PhasePresence: the loop's other work: presence, automatic sharding.
 	PhasePresence
@@ -111,8 +111,11 @@ func (c *Counter) Total() int64 {
 	return c.total
 }
 
-// HottestSlotShare returns the busiest slot's share of all commands counted
-// (keyless commands count in the total and in no slot), 0 if none.
+// HottestSlotShare returns the busiest slot's share of the work counted,
+// 0 if none: of the key messages (one for a command on a key, one per key
+// for a sync call, which carries many slots' keys) and of the keyless
+// commands, which count in no slot. It is the share of Redis's work that
+// one slot, so one cluster node, cannot shed.
 func (c *Counter) HottestSlotShare() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,10 +123,10 @@ func (c *Counter) HottestSlotShare() float64 {
 	for _, n := range c.slots {
 		most = max(most, n)
 	}
-	if c.total == 0 {
+	if c.work == 0 {
 		return 0
 	}
-	return float64(most) / float64(c.total)
+	return float64(most) / float64(c.work)
 }
 
 func (c *Counter) count(cmds ...redis.Cmder) {
@@ -139,16 +142,28 @@ func (c *Counter) count(cmds ...redis.Cmder) {
 		}
 		c.total++
 		c.phases[c.phase]++
-		if key, ok := firstKey(args); ok {
-			if c.slots == nil {
-				c.slots = map[int]int64{}
+		if c.slots == nil {
+			c.slots = map[int]int64{}
+		}
+		_, buckets := syncCall(args)
+		switch key, ok := firstKey(args); {
+		case buckets != nil:
+			for _, b := range buckets {
+				c.slots[hybridlimit.Slot(b)]++
 			}
+			c.work += int64(len(buckets))
+		case ok:
 			c.slots[hybridlimit.Slot(key)]++
-		} else {
-			c.keyless++
+			c.work++
+		default:
+			c.work++
 		}
 		if c.keys != nil {
-			for _, k := range scriptKeys(args) {
+			keys := buckets
+			if keys == nil {
+				keys = scriptKeys(args)
+			}
+			for _, k := range keys {
 				n := c.keys[k]
 				if n == nil {
 					n = new([phases]int64)

@@ -136,7 +136,7 @@ func newClient(t LiveTarget, hook redis.Hook, pool int) redis.UniversalClient {
 	return c
 }
 
-func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *Counter) (*liveRig, error) {
+func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger time.Duration, counter *Counter) (*liveRig, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "sim:" + hex.EncodeToString(b[:]) + ":"
@@ -194,7 +194,7 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, counter *
 		}
 	case Optimistic, Reserve, ReserveSharded:
 		for k := range n {
-			opts := hybridOptions(r.strategy, prefix, k, n, r.interval)
+			opts := hybridOptions(r.strategy, prefix, k, n, r.interval, linger)
 			if t.Durable > 0 {
 				opts = append(opts, hlsync.WithDurableSync(t.Durable, r.interval))
 			}
@@ -242,7 +242,7 @@ type liveRec struct {
 func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, error) {
 	sc := cfg.Scenario
 	counter := NewCounter(false)
-	rig, err := newLiveRig(ctx, sc, t, r, counter)
+	rig, err := newLiveRig(ctx, sc, t, r, cfg.Linger, counter)
 	if err != nil {
 		return Result{}, err
 	}
@@ -260,6 +260,11 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	)
 	// Decisions that need no Redis never look at ctx: stop them when it ends.
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
+	cpu0, err := redisCPU(ctx, t)
+	if err != nil {
+		rig.close()
+		return Result{}, err
+	}
 	start := time.Now()
 	end := int64(sc.Duration)
 	for w := range workers {
@@ -298,7 +303,11 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	wg.Wait()
 	elapsed := time.Since(start)
 	counter.Pause()
+	cpu1, cpuErr := redisCPU(ctx, t)
 	rig.close()
+	if cpuErr != nil {
+		return Result{}, cpuErr
+	}
 	if e := firstErr.Load(); e != nil {
 		return Result{}, fmt.Errorf("sim: live %s: %w", r.strategy, *e)
 	}
@@ -317,6 +326,10 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	res := newResult(r, sc.Instances, Measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
 	rate := float64(len(reqs)) / elapsed.Seconds()
 	res.DecisionsPerSec = &rate
+	if len(reqs) > 0 {
+		cpu := float64(cpu1-cpu0) / float64(len(reqs))
+		res.RedisCPUPerDecisionNS = &cpu
+	}
 	var all []int64
 	for _, l := range lats {
 		all = append(all, l...)

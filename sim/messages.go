@@ -40,38 +40,44 @@ func (k MsgKind) String() string {
 // MsgCounts counts key messages by phase and kind.
 type MsgCounts [phases][msgKinds]int64
 
-// syncArgs is how many ARGV the sync script takes before the per-key
-// groups, and how many each group has (see lua/sync.lua).
-const (
-	syncArgs    = lua.SyncHeaderArgs
-	syncKeyArgs = 1
-	syncKeyKeys = lua.SyncKeys
-)
+// syncCall returns, for a call of the hybrid limiter's sync script (either
+// variant, EVALSHA or EVAL), its ARGV and each message's bucket name; nil
+// for any other command.
+func syncCall(args []any) (argv []any, buckets []string) {
+	if len(args) < 3 {
+		return nil, nil
+	}
+	name := strings.ToLower(asString(args[0]))
+	body := asString(args[1])
+	switch {
+	case name == "evalsha" && (body == lua.Sync.Hash() || body == lua.SyncCluster.Hash()):
+	case name == "eval" && (body == lua.Sync.Source() || body == lua.SyncCluster.Source()):
+	default:
+		return nil, nil
+	}
+	nkeys, err := strconv.Atoi(asString(args[2]))
+	if err != nil || nkeys < 0 || 3+nkeys > len(args) {
+		return nil, nil
+	}
+	argv = args[3+nkeys:]
+	if len(argv) < lua.SyncHeaderArgs || (len(argv)-lua.SyncHeaderArgs)%lua.SyncKeyArgs != 0 {
+		return nil, nil
+	}
+	for i := lua.SyncHeaderArgs; i < len(argv); i += lua.SyncKeyArgs {
+		buckets = append(buckets, asString(argv[i]))
+	}
+	return argv, buckets
+}
 
 // classify returns, for a call of the sync script and its reply, each
 // message's bucket key and kind; nil for any other command, or a call
 // whose reply is not there (an error).
 func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
-	args := cmd.Args()
-	if len(args) < 3 {
+	argv, buckets := syncCall(cmd.Args())
+	if buckets == nil {
 		return nil, nil
 	}
-	name := strings.ToLower(asString(args[0]))
-	switch {
-	case name == "evalsha" && asString(args[1]) == lua.Sync.Hash():
-	case name == "eval" && asString(args[1]) == lua.Sync.Source():
-	default:
-		return nil, nil
-	}
-	nkeys, err := strconv.Atoi(asString(args[2]))
-	if err != nil || nkeys%syncKeyKeys != 0 {
-		return nil, nil
-	}
-	n := nkeys / syncKeyKeys
-	argv := args[3+nkeys:]
-	if len(argv) != syncArgs+n*syncKeyArgs {
-		return nil, nil
-	}
+	n := len(buckets)
 	var val any
 	switch c := cmd.(type) {
 	case *redis.IntSliceCmd: // as the limiter sends it
@@ -90,12 +96,14 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 	}
 	reserve := lua.SyncMode(asString(argv[2])) == lua.ModeReserve
 	for i := range n {
-		buckets = append(buckets, asString(args[3+i*syncKeyKeys]))
+		if replies[i].Elsewhere {
+			return nil, nil // not in this model: one server serves every slot
+		}
 		if !reserve {
 			kinds = append(kinds, MsgReport)
 			continue
 		}
-		m, err := lua.ParseSyncMsg(asString(argv[syncArgs+i*syncKeyArgs]))
+		m, err := lua.ParseSyncMsg(asString(argv[lua.SyncHeaderArgs+i*lua.SyncKeyArgs+2]))
 		base, value := m.Base, m.Value
 		total := replies[i].Total
 		switch {

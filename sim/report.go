@@ -46,6 +46,10 @@ type Result struct {
 	DecisionsPerSec *float64 `json:"decisions_per_sec"`
 	DecisionP50NS   *int64   `json:"decision_p50_ns"`
 	DecisionP99NS   *int64   `json:"decision_p99_ns"`
+	// RedisCPUPerDecisionNS is the CPU time the Redis servers spent (INFO
+	// cpu, user and system, every node of a cluster) over the run, per
+	// decision, in nanoseconds.
+	RedisCPUPerDecisionNS *float64 `json:"redis_cpu_ns_per_decision"`
 
 	// Diag sums the hybrid limiters' counters (zero for other strategies).
 	Diag Diagnostics `json:"-"`
@@ -120,7 +124,7 @@ var csvHeader = []string{
 	"strategy", "sync_interval_ms", "instances", "decisions", "admitted", "oracle_admitted",
 	"overshoot_ratio", "undershoot_ratio", "worst_window_overshoot_ratio",
 	"redis_cmds", "redis_cmds_per_decision", "hottest_slot_share",
-	"decisions_per_sec", "decision_p50_ns", "decision_p99_ns",
+	"decisions_per_sec", "decision_p50_ns", "decision_p99_ns", "redis_cpu_ns_per_decision",
 }
 
 // WriteCSV writes one row per result under a header of the JSON field
@@ -136,7 +140,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			i64(r.Decisions), i64(r.Admitted), i64(r.OracleAdmitted),
 			f64(r.OvershootRatio), f64(r.UndershootRatio), f64(r.WorstWindowOvershootRatio),
 			i64(r.RedisCmds), f64(r.RedisCmdsPerDecision), f64(r.HottestSlotShare),
-			optFloat(r.DecisionsPerSec), optInt(r.DecisionP50NS), optInt(r.DecisionP99NS),
+			optFloat(r.DecisionsPerSec), optInt(r.DecisionP50NS), optInt(r.DecisionP99NS), optFloat(r.RedisCPUPerDecisionNS),
 		}
 		if err := cw.Write(row); err != nil {
 			return err
@@ -169,7 +173,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "strategy\tsync\tdecisions\tadmitted\toracle\tovershoot\tundershoot\tworst window\tredis cmds\tcmds/decision\thottest slot\t"
 	if live {
-		head += "decisions/s\tp50\tp99\t"
+		head += "decisions/s\tp50\tp99\tredis cpu/decision\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rep.Results {
@@ -182,7 +186,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
 			r.RedisCmds, r.RedisCmdsPerDecision, pct(r.HottestSlotShare))
 		if live {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t", optRate(r.DecisionsPerSec), optNS(r.DecisionP50NS), optNS(r.DecisionP99NS))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", optRate(r.DecisionsPerSec), optNS(r.DecisionP50NS), optNS(r.DecisionP99NS), optCPU(r.RedisCPUPerDecisionNS))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -204,6 +208,14 @@ func optRate(x *float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(*x, 'f', 0, 64)
+}
+
+// optCPU prints nanoseconds of CPU as a duration.
+func optCPU(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return time.Duration(math.Round(*x)).String()
 }
 
 func optNS(x *int64) string {

@@ -223,7 +223,14 @@ func (s *scripting) compile(src string) (*lua.FunctionProto, string, error) {
 	if p := s.protos[sha]; p != nil {
 		return p, sha, nil
 	}
-	chunk, err := parse.Parse(strings.NewReader(src), "@user_script")
+	body := src
+	if strings.HasPrefix(body, "#!") {
+		// Redis reads a first line of flags (#!lua flags=...) itself; the
+		// line stays, empty, so that errors keep their line numbers.
+		_, rest, _ := strings.Cut(body, "\n")
+		body = "\n" + rest
+	}
+	chunk, err := parse.Parse(strings.NewReader(body), "@user_script")
 	if err != nil {
 		return nil, "", fmt.Errorf("ERR Error compiling script (new function): %v", err)
 	}

@@ -111,11 +111,12 @@ func localShare(l hybridlimit.Limit, n, i int) (hybridlimit.Limit, bool) {
 
 // hybridOptions returns the options of a hybrid strategy's instance k,
 // beyond the client, clock and interval the mode adds.
-func hybridOptions(s Strategy, prefix string, k, instances int, interval time.Duration) []hlsync.Option {
+func hybridOptions(s Strategy, prefix string, k, instances int, interval, linger time.Duration) []hlsync.Option {
 	opts := []hlsync.Option{
 		hlsync.WithPrefix(prefix),
 		hlsync.WithInstanceID(fmt.Sprintf("i%d", k)),
 		hlsync.WithSyncInterval(interval, 0.1),
+		hlsync.WithTuning(hlsync.Tuning{FetchLinger: linger}),
 	}
 	switch s {
 	case Optimistic:

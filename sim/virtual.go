@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	stdsync "sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
@@ -32,6 +36,9 @@ type Clock struct {
 	now    time.Time
 	timers map[*timer]struct{}
 	loops  []drive.Loop
+	// await is the engine's drive.Driver.Await, set before the first
+	// decision.
+	await func(l drive.Loop, deadline time.Time) error
 }
 
 type timer struct {
@@ -85,6 +92,15 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) func() bool {
 // Drive takes the loop of a limiter made with the clock.
 func (c *Clock) Drive(l drive.Loop) { c.loops = append(c.loops, l) }
 
+// Await blocks a decision until the engine running the clock resumes it
+// (drive.Driver).
+func (c *Clock) Await(l drive.Loop, deadline time.Time) error {
+	if c.await == nil {
+		return errors.New("sim: a decision waits for a fetch with no engine to run it")
+	}
+	return c.await(l, deadline)
+}
+
 // virtualPrefix is the key prefix of every virtual run; each run has a
 // miniredis of its own, so runs never share a key.
 const virtualPrefix = "sim:"
@@ -107,7 +123,7 @@ func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.scripts, s.standalone = scripts, cfg.Standalone
+	s.scripts, s.standalone, s.linger = scripts, cfg.Standalone, cfg.Linger
 	runs := plan(cfg.Strategies, cfg.Intervals)
 	results := make([]Result, len(runs))
 	errs := make([]error, len(runs))
@@ -173,6 +189,7 @@ type simulation struct {
 	detail     bool
 	scripts    bool // see runVirtual
 	standalone bool // Config.Standalone
+	linger     time.Duration
 }
 
 func newSimulation(sc Scenario, rtt time.Duration, detail bool) (*simulation, error) {
@@ -293,56 +310,113 @@ func (s *simulation) runLocal(admitted []bool) error {
 
 // hybrid is the virtual-time driver of the hybrid strategies: N real
 // limiters on one virtual Clock, which hands it their loops, and events
-// that step them as their loops' goroutines would: a step every tick (a
-// quarter interval), and one as soon as a decision asks for a round
-// (Woken). A step's round is sent at +RTT/2 (the scripts run in Redis
-// then) and finished at +RTT (the replies arrive); decisions keep coming
-// in between. Rounds of one instance never overlap: a tick or a wake-up
-// during a round steps again as soon as it finishes, as a tick or wake-up
-// waiting in its channel does in the loop.
+// that step them as their loops' goroutines and fetchers would: a step
+// every tick (a quarter interval), one as soon as a decision asks for a
+// round (Woken), and a fetch round once the linger has passed since a
+// decision began to wait for one (Await). A round is sent at +RTT/2 (the
+// scripts run in Redis then) and finished at +RTT (the replies arrive);
+// decisions keep coming in between. Rounds of one instance never overlap:
+// a step or fetch due during a round runs as soon as it finishes, the
+// tick's first, as production's exclusive rounds do.
 //
-// Approximation: a decision that finds no allowance in Reserve mode fetches
-// synchronously inside AllowNAt, so that fetch takes no virtual time (zero
-// RTT), and the decisions arriving during it are not held back.
+// Each decision runs in a goroutine of the engine's (a worker), one at a
+// time: the engine hands it the request and waits until it decides or
+// waits for a fetch; a waiting decision is resumed, alone again, when the
+// round that carries its key finishes or its deadline passes. So the run
+// stays deterministic while decisions wait, as they do in production.
 type hybrid struct {
-	ctx     context.Context
-	sim     *simulation
-	emb     *embedded
-	counter *Counter
-	clock   *Clock
-	ls      []*hlsync.Limiter
-	loops   []drive.Loop
-	inst    []instance
-	events  events
-	seq     uint64
-	rtt     int64
+	ctx      context.Context
+	sim      *simulation
+	emb      *embedded
+	counter  *Counter
+	clock    *Clock
+	ls       []*hlsync.Limiter
+	loops    []drive.Loop
+	instOf   map[drive.Loop]int
+	inst     []instance
+	events   events
+	seq      uint64
+	rtt      int64
+	now      int64 // virtual time, ns since Epoch
+	admitted []bool
+
+	status   chan status // from the worker running
+	idle     []*worker
+	workers  []*worker
+	current  *worker // the worker running
+	deciding int     // the request it decides
+	waits    int     // decisions waiting
+	failed   error   // of decisions resumed by events
 }
 
 type instance struct {
 	round    drive.Round
 	inflight bool
-	want     bool
+	want     bool      // a step as soon as the round in flight finishes
+	wantWhy  drive.Why // what that step is for
+	err      error     // the error of the round in flight's calls
+	phase    Phase     // the round in flight's: PhaseDecision if decisions wait for it
+	fetchDue bool      // a linger runs: a step at fetchAt
+	fetchAt  int64
+	waiting  []*waiter // decisions waiting for the next round
+	riding   []*waiter // those the round in flight carries
+}
+
+// worker is a goroutine that runs decisions (work).
+type worker struct {
+	next   chan batch
+	waited bool // the decision it runs waited
+}
+
+// status is what the worker running tells the engine when it stops: it
+// decided request i (res, err; woke: the decision woke its loop), or its
+// batch ends (i < 0), or a decision waits (wait); next is the request
+// after.
+type status struct {
+	w    *worker
+	i    int
+	res  hybridlimit.Result
+	err  error
+	woke bool
+	wait *waiter
+	next int
+}
+
+// waiter is a decision waiting for a round (drive.Driver.Await).
+type waiter struct {
+	w        *worker
+	inst     int
+	deadline int64
+	resume   chan error
+	done     bool // resumed
 }
 
 func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Counter, r run, admitted []bool) (Diagnostics, error) {
 	h := &hybrid{
-		ctx:     ctx,
-		sim:     s,
-		emb:     emb,
-		counter: counter,
-		clock:   NewClock(Epoch),
-		ls:      make([]*hlsync.Limiter, s.sc.Instances),
-		inst:    make([]instance, s.sc.Instances),
-		rtt:     int64(s.rtt),
+		ctx:      ctx,
+		sim:      s,
+		emb:      emb,
+		counter:  counter,
+		clock:    NewClock(Epoch),
+		ls:       make([]*hlsync.Limiter, s.sc.Instances),
+		inst:     make([]instance, s.sc.Instances),
+		rtt:      int64(s.rtt),
+		admitted: admitted,
+		status:   make(chan status),
+		instOf:   map[drive.Loop]int{},
 	}
+	h.clock.await = h.await
+	defer h.stopWorkers()
 	for k := range h.ls {
-		c := emb.Client(counter.Hook())
-		defer c.Close()
-		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval), hlsync.WithClock(h.clock))
+		var c interface {
+			hybridlimit.Redis
+			Close() error
+		} = emb.Client(counter.Hook())
 		if !s.standalone {
-			// One embedded server stands for a cluster: keep calls per slot.
-			opts = append(opts, hlsync.WithTuning(hlsync.Tuning{CallPerSlotGroup: true}))
+			c = newModelCluster(c.(*redis.Client), ModelMasters)
 		}
+		defer c.Close()
+		opts := append(hybridOptions(r.strategy, virtualPrefix, k, s.sc.Instances, r.interval, s.linger), hlsync.WithClock(h.clock))
 		l, err := hlsync.New(c, opts...)
 		if err != nil {
 			return Diagnostics{}, fmt.Errorf("sim: %w", err)
@@ -350,6 +424,9 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 		h.ls[k] = l
 	}
 	h.loops = h.clock.loops
+	for k, lp := range h.loops {
+		h.instOf[lp] = k
+	}
 	// The instances have been running a while: presence is settled before
 	// the first request (two passes, so each sees all), and each loop ticks
 	// at its own phase.
@@ -366,7 +443,7 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 	for k, lp := range h.loops {
 		h.push(phases.Int64N(int64(lp.Tick())), evTick, k)
 	}
-	if err := h.loop(admitted); err != nil {
+	if err := h.loop(); err != nil {
 		return Diagnostics{}, err
 	}
 	counter.Pause()
@@ -380,37 +457,173 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Coun
 }
 
 // loop processes requests and events in time order, events first on a tie,
-// until the last request.
-func (h *hybrid) loop(admitted []bool) error {
+// until the last request is decided. Requests go to a worker in batches:
+// those before the next event, which the worker decides in order until
+// one waits or wakes its loop.
+func (h *hybrid) loop() error {
 	reqs := h.sim.reqs
-	for i := 0; i < len(reqs); {
-		if len(h.events) > 0 && h.events[0].at <= reqs[i].At {
-			h.handle(heap.Pop(&h.events).(event))
-			continue
-		}
-		if i%4096 == 0 && h.ctx.Err() != nil {
+	for i := 0; i < len(reqs) || h.waits > 0; {
+		if h.ctx.Err() != nil {
 			return h.ctx.Err()
 		}
-		r := reqs[i]
-		h.setTime(r.At)
-		l := h.ls[r.Inst]
-		res, err := l.AllowNAt(h.ctx, h.clock.Now(), h.sim.keys[r.Key], h.sim.sc.Limit, 1)
+		if len(h.events) > 0 && (i == len(reqs) || h.events[0].at <= reqs[i].At) {
+			if err := h.handle(heap.Pop(&h.events).(event)); err != nil {
+				return err
+			}
+			continue
+		}
+		until := int64(math.MaxInt64)
+		if len(h.events) > 0 {
+			until = h.events[0].at
+		}
+		w := h.worker()
+		w.next <- batch{from: i, until: until}
+		next, err := h.settle()
 		if err != nil {
-			return fmt.Errorf("sim: %s: %w", l.Mode(), err)
+			return err
 		}
-		admitted[i] = res.Allowed
-		if h.loops[r.Inst].Woken() {
-			h.wake(int(r.Inst), r.At)
-		}
-		i++
+		i = next
 	}
 	return nil
+}
+
+// batch is a worker's job: the requests from the one at from until the
+// first at or after until (virtual time).
+type batch struct {
+	from  int
+	until int64
+}
+
+// worker returns an idle worker, starting one if none is.
+func (h *hybrid) worker() *worker {
+	if n := len(h.idle); n > 0 {
+		w := h.idle[n-1]
+		h.idle = h.idle[:n-1]
+		return w
+	}
+	w := &worker{next: make(chan batch)}
+	h.workers = append(h.workers, w)
+	go h.work(w)
+	return w
+}
+
+// work decides the batches given to w. While a worker decides, the engine
+// waits for it, so it moves the virtual time and records admissions
+// itself. A decision that waits (await) hands the rest of its batch back
+// to the engine; once resumed and decided, its worker reports it alone.
+func (h *hybrid) work(w *worker) {
+	reqs := h.sim.reqs
+	for b := range w.next {
+		i := b.from
+		for ; i < len(reqs) && reqs[i].At < b.until; i++ {
+			r := reqs[i]
+			h.setTime(r.At)
+			h.current, h.deciding, w.waited = w, i, false
+			res, err := h.ls[r.Inst].AllowNAt(h.ctx, h.clock.Now(), h.sim.keys[r.Key], h.sim.sc.Limit, 1)
+			if w.waited || err != nil {
+				h.status <- status{w: w, i: i, res: res, err: err, next: i + 1}
+				break
+			}
+			h.admitted[i] = res.Allowed
+			if h.loops[r.Inst].Woken() {
+				h.status <- status{w: w, i: i, res: res, woke: true, next: i + 1}
+				break
+			}
+		}
+		if i == len(reqs) || reqs[i].At >= b.until {
+			h.status <- status{w: w, i: -1, next: i}
+		}
+	}
+}
+
+// stopWorkers ends the workers, every decision having been resumed.
+func (h *hybrid) stopWorkers() {
+	for _, in := range h.inst {
+		for _, wt := range append(in.waiting, in.riding...) {
+			if !wt.done {
+				h.resume(wt, context.Canceled)
+			}
+		}
+	}
+	for _, w := range h.workers {
+		close(w.next)
+	}
+}
+
+// settle waits until the worker running stops, and records why: its batch
+// is done, or a decision woke its loop, waits, or decided after waiting.
+// It returns the request to go on from, for a batch.
+func (h *hybrid) settle() (next int, err error) {
+	st := <-h.status
+	if st.wait != nil {
+		h.park(st.wait)
+		return st.next, nil
+	}
+	h.idle = append(h.idle, st.w)
+	if st.i < 0 {
+		return st.next, nil
+	}
+	r := h.sim.reqs[st.i]
+	if st.err != nil {
+		return 0, fmt.Errorf("sim: %s: %w", h.ls[r.Inst].Mode(), st.err)
+	}
+	h.admitted[st.i] = st.res.Allowed
+	if st.woke || h.loops[r.Inst].Woken() {
+		h.push(h.now, evWake, int(r.Inst))
+	}
+	return st.next, nil
+}
+
+// await is Clock.Await: it runs in the worker of the decision that waits,
+// which hands control back to the engine until resumed.
+func (h *hybrid) await(l drive.Loop, deadline time.Time) error {
+	h.current.waited = true
+	wt := &waiter{w: h.current, inst: h.instOf[l], deadline: int64(deadline.Sub(Epoch)), resume: make(chan error)}
+	h.status <- status{wait: wt, next: h.deciding + 1}
+	return <-wt.resume
+}
+
+// park records a waiting decision, and starts its instance's linger if
+// none runs.
+func (h *hybrid) park(wt *waiter) {
+	h.waits++
+	in := &h.inst[wt.inst]
+	in.waiting = append(in.waiting, wt)
+	h.pushWaiter(wt)
+	h.lingerFor(wt.inst)
+}
+
+// lingerFor schedules the step that serves instance k's waiting
+// decisions, after the loop's linger, unless one is due or a round is in
+// flight (its finish does it).
+func (h *hybrid) lingerFor(k int) {
+	in := &h.inst[k]
+	if len(in.waiting) == 0 || in.fetchDue || in.inflight {
+		return
+	}
+	in.fetchDue, in.fetchAt = true, h.now+int64(h.loops[k].Linger())
+	h.push(in.fetchAt, evFetch, k)
+}
+
+// resume lets waiting decision wt go on with err, and waits until it
+// decides or waits again.
+func (h *hybrid) resume(wt *waiter, err error) {
+	wt.done = true
+	h.waits--
+	h.current = wt.w
+	wt.resume <- err
+	if _, settleErr := h.settle(); settleErr != nil && h.ctx.Err() == nil {
+		h.failed = errors.Join(h.failed, settleErr)
+	}
 }
 
 type eventKind uint8
 
 const (
-	evTick eventKind = iota
+	evTick   eventKind = iota
+	evWake             // a decision asked for a round (Woken)
+	evFetch            // a linger ends (fetchAt)
+	evExpire           // a waiting decision's deadline
 	evSend
 	evFinish
 )
@@ -420,6 +633,7 @@ type event struct {
 	seq  uint64
 	kind eventKind
 	inst int32
+	wt   *waiter // evExpire's
 }
 
 // events is a min-heap of events by time, then by scheduling order.
@@ -446,59 +660,107 @@ func (h *hybrid) push(at int64, kind eventKind, k int) {
 	heap.Push(&h.events, event{at: at, seq: h.seq, kind: kind, inst: int32(k)})
 }
 
+// pushWaiter schedules wt's deadline.
+func (h *hybrid) pushWaiter(wt *waiter) {
+	h.seq++
+	heap.Push(&h.events, event{at: max(wt.deadline, h.now), seq: h.seq, kind: evExpire, inst: int32(wt.inst), wt: wt})
+}
+
 // setTime moves the virtual clock and miniredis's clock to t.
 func (h *hybrid) setTime(t int64) {
+	h.now = t
 	now := Epoch.Add(time.Duration(t))
 	h.clock.Set(now)
 	h.emb.SetTime(now)
 }
 
-func (h *hybrid) handle(ev event) {
+func (h *hybrid) handle(ev event) error {
 	h.setTime(ev.at)
 	k := int(ev.inst)
 	in := &h.inst[k]
 	switch ev.kind {
 	case evTick:
 		h.push(ev.at+int64(h.loops[k].Tick()), evTick, k)
-		h.wake(k, ev.at)
+		in.fetchDue = false // a linger ends at a tick
+		h.wake(k, drive.StepTick)
+	case evWake:
+		h.wake(k, drive.StepWake)
+	case evFetch:
+		if in.fetchDue && ev.at == in.fetchAt {
+			in.fetchDue = false
+			h.wake(k, drive.StepFetch)
+		}
+	case evExpire:
+		if !ev.wt.done {
+			in.waiting = slices.DeleteFunc(in.waiting, func(w *waiter) bool { return w == ev.wt })
+			h.resume(ev.wt, drive.ErrExpired)
+		}
 	case evSend:
 		// A failed call leaves its keys for the next round, as in the loop.
-		h.counter.SetPhase(PhaseRound)
-		_ = in.round.Send(h.ctx)
+		h.counter.SetPhase(in.phase)
+		in.err = in.round.Send(h.ctx)
 		h.counter.SetPhase(PhaseDecision)
 	case evFinish:
 		in.round.Finish()
 		in.round, in.inflight = nil, false
-		if in.want {
-			h.step(k, ev.at)
+		riders := in.riding
+		in.riding = nil
+		for _, wt := range riders {
+			if !wt.done {
+				h.resume(wt, in.err)
+			}
 		}
+		if in.want {
+			h.step(k, in.wantWhy)
+		}
+		h.lingerFor(k)
 	}
+	err := h.failed
+	h.failed = nil
+	return err
 }
 
-// wake asks instance k's loop for a step: now if it is idle, else as soon
-// as the round in flight finishes.
-func (h *hybrid) wake(k int, t int64) {
-	h.inst[k].want = true
-	if !h.inst[k].inflight {
-		h.step(k, t)
-	}
-}
-
-// step steps instance k's loop at t. A round with nothing to say makes no
-// call and is over at once.
-func (h *hybrid) step(k int, t int64) {
+// wake asks instance k's loop for a step, for why: now if it is idle, else
+// as soon as the round in flight finishes (a tick's first: it has more to
+// do); a linger running then ends.
+func (h *hybrid) wake(k int, why drive.Why) {
 	in := &h.inst[k]
-	in.want = false
+	if !in.want || why < in.wantWhy {
+		in.wantWhy = why
+	}
+	in.want = true
+	if !in.inflight {
+		h.step(k, in.wantWhy)
+	}
+}
+
+// step steps instance k's loop now. Its round carries the keys of the
+// decisions waiting; a round with nothing to say makes no call, and is
+// over at once.
+func (h *hybrid) step(k int, why drive.Why) {
+	in := &h.inst[k]
+	in.want, in.fetchDue = false, false
 	h.counter.SetPhase(PhasePresence)
-	r := h.loops[k].Step(h.ctx)
+	r := h.loops[k].Step(h.ctx, why)
 	h.counter.SetPhase(PhaseDecision)
+	riders := in.waiting
+	in.waiting = nil
 	if r.Messages() == 0 {
 		r.Finish()
+		for _, wt := range riders {
+			if !wt.done {
+				h.resume(wt, nil)
+			}
+		}
+		h.lingerFor(k)
 		return
 	}
-	in.round, in.inflight = r, true
-	h.push(t+h.rtt/2, evSend, k)
-	h.push(t+h.rtt, evFinish, k)
+	in.round, in.inflight, in.riding, in.err, in.phase = r, true, riders, nil, PhaseRound
+	if len(riders) > 0 {
+		in.phase = PhaseDecision
+	}
+	h.push(h.now+h.rtt/2, evSend, k)
+	h.push(h.now+h.rtt, evFinish, k)
 }
 
 // Diagnostics explains a run: the hybrid limiters' counters summed over

@@ -7,6 +7,8 @@ import (
 
 // Clock is the time a Limiter decides, schedules and waits by (WithClock;
 // the default is the system clock). Redis keeps its own for the buckets.
+// Every wait of the limiter's passes only as its clock moves: the loop's
+// ticks, the fetch linger, the max wait and Wait's sleeps.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in a goroutine of its own once d has passed,

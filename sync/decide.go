@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -65,12 +64,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			l.stats.deniedLocal.Inc()
 			return denied(limit, l.cfg.interval, src), nil
 		}
-		l.flag(e, cost, false)
+		gen := l.flag(e, cost, false)
 		if !waited {
 			l.stats.waits.Add(1)
 			waited = true
 		}
-		failed = l.fetch(ctx, deadline)
+		failed = l.fetch(ctx, gen, deadline)
 		if ctx.Err() != nil {
 			return hybridlimit.Result{}, ctx.Err()
 		}
@@ -385,72 +384,30 @@ func (l *Limiter) sumParts(e *entry) {
 }
 
 // flag asks for an early sync of e, adding cost to what it waits for, and
-// wakes the loop for it unless the caller fetches itself (the fetch's
-// round takes the flagged entries; a loop woken for it would only run a
-// round of whatever else was due a little early).
-func (l *Limiter) flag(e *entry, cost int64, wake bool) {
+// returns the number of the round that will carry it. With wake, it wakes
+// the loop for a round now; a decision that waits for the round asks for
+// it through fetch instead, which lets others ask first (the linger).
+func (l *Limiter) flag(e *entry, cost int64, wake bool) (gen uint64) {
 	l.lockGather(e)
 	e.waiting += cost
 	already := e.flagged
 	e.flagged = true
 	l.scatterUnlock(e)
+	l.flagMu.Lock()
 	if !already {
-		l.flagMu.Lock()
 		l.flagged = append(l.flagged, e)
-		l.flagMu.Unlock()
 	}
-	if !wake {
-		return
-	}
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// errFetchTimeout is what a decision records when Redis did not answer its
-// fetch within the max wait.
-var errFetchTimeout = errors.New("sync: no reply within the max wait")
-
-// fetch runs one round for the flagged entries and waits for it until
-// deadline or the end of ctx. Rounds never overlap: a decision that asks
-// while another round is in flight waits for that one, and its key goes in
-// the next round if that one did not carry it.
-//
-// The round runs in a goroutine of its own, bounded by the round timeout,
-// so that a decision can stop waiting at its deadline even with a client
-// that does not honour context deadlines (go-redis without
-// ContextTimeoutEnabled waits out its ReadTimeout, and so does the
-// breaker, which counts only finished rounds). At most one such goroutine
-// exists; Close waits for it.
-func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
-	ch := l.rounds.DoChan("round", func() (any, error) {
-		if l.closed.Load() {
-			return nil, ErrClosed
+	// The next round to take the flagged entries carries e: it is in the
+	// list, or in a round that took it and has not composed its message.
+	gen = l.taken + 1
+	l.flagMu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
 		}
-		rctx, cancel := context.WithTimeout(context.Background(), l.cfg.roundTimeout)
-		defer cancel()
-		l.stats.fetches.Add(1)
-		err := l.roundOf(rctx, l.takeFlagged(), false)
-		if err != nil {
-			l.cfg.logger.Debug("sync: fetch failed", "err", err)
-		}
-		return nil, err
-	})
-	// On the limiter's clock: one in virtual time does not move while a
-	// simulation's decision waits, and the round decides.
-	expired, stop := after(l.cfg.clock, deadline.Sub(l.cfg.clock.Now()))
-	defer stop()
-	select {
-	case res := <-ch:
-		return res.Err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-expired:
-		// Only the round's own outcome counts for the breakers: a
-		// decision's patience says nothing certain about Redis.
-		return errFetchTimeout
 	}
+	return gen
 }
 
 // exclusive runs f unless a round is already running, in which case it
@@ -458,14 +415,6 @@ func (l *Limiter) fetch(ctx context.Context, deadline time.Time) error {
 func (l *Limiter) exclusive(f func() error) error {
 	_, err, _ := l.rounds.Do("round", func() (any, error) { return nil, f() })
 	return err
-}
-
-func (l *Limiter) takeFlagged() []*entry {
-	l.flagMu.Lock()
-	defer l.flagMu.Unlock()
-	es := l.flagged
-	l.flagged = nil
-	return es
 }
 
 // degraded decides by the failure policy for key, whose home entry is e
@@ -492,6 +441,11 @@ func (l *Limiter) degraded(e *entry, now time.Time, key string, limit hybridlimi
 		r, err = l.fallback.AllowN(key, now, share, cost)
 	default:
 		r, err = l.spendShare(e, share, now, cost)
+		if err == nil && r.Allowed {
+			// What the share admitted goes to Redis with e's next round
+			// its node answers, though no decision asks for one.
+			l.flag(e, 0, false)
+		}
 	}
 	if err != nil {
 		l.stats.fallbackDenied.Add(1)

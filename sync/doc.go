@@ -20,7 +20,8 @@ package sync
 //	policy.go     the lease policy: pure functions of a holding (no Redis, no locks)
 //	round.go      the protocol: a round's messages composed, replies applied
 //	mode.go       what the two modes do differently; reserve.go, optimistic.go
-//	transport.go  calls by slot group, pipelines per node, NOSCRIPT, WAIT, decoding
+//	transport.go  one call per node, pipelines, NOSCRIPT, WAIT, decoding
+//	fetch.go      the rounds decisions out of allowance wait for, the linger
 //	loop.go       the loop's step (production ticks it, the simulator steps it), Close
 //	schedule.go   the timing wheel of entries' next syncs
 //	clock.go      Clock, and a ticker on it
@@ -49,7 +50,8 @@ package sync
 //	owed, debt  cost the failure policy admitted that Redis has not yet taken
 //	share       the instance's part of a limit while its failure policy decides
 //	round       one batch of messages: prepared, sent, applied
-//	fetch       a round run on demand by decisions that found no allowance
+//	fetch       a round that decisions out of allowance wait for
+//	linger      how long the first of them waits for others before it goes
 //	flagged     an entry a decision asked to sync before its turn
 //	part        one of the buckets a split key's limit is divided over
 //	home        the part an instance spends first (sharding.Home)

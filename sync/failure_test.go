@@ -141,3 +141,57 @@ func decide(t *testing.T, l *hlsync.Limiter, key string, limit hybridlimit.Limit
 	}
 	return r
 }
+
+// TestOwedPaidUnasked checks that what the fallback admits reaches Redis
+// once it answers, though no decision asks for the key again: a low-limit
+// key (no lease, so nothing else brings it back to a round) is admitted
+// by its share while its node's breaker, opened by another key, is open,
+// and its debt must drain after the stall.
+func TestOwedPaidUnasked(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	l, err := hlsync.New(c, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0),
+		hlsync.WithMaxWait(time.Second)) // with Redis up, Redis answers; while it stalls, the breaker does
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	ctx, limit := context.Background(), hybridlimit.PerHour(20) // low: each decision asks Redis
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed || r.Source != hybridlimit.SourceGlobal {
+		t.Fatalf("with Redis up: %+v, %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond) // the key's next round has passed: it is in none
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Signal(syscall.SIGCONT)
+		}
+	}()
+	// Another key's decisions find Redis stalled and open the breaker.
+	waitFor(t, "the breaker to open", func() bool {
+		_, _ = l.Allow(ctx, "other", limit)
+		return l.Stats().BreakerOpen
+	})
+	for range 3 {
+		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed || r.Source != hybridlimit.SourceFallback {
+			t.Fatalf("with the breaker open: %+v, %v", r, err)
+		}
+	}
+	owed := l.Stats().Owed // the other key's too
+	if owed < 3 {
+		t.Fatalf("owed %d, want at least the 3 the share admitted", owed)
+	}
+	resumed = true
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Redis to take what the share admitted", func() bool { return l.Stats().Owed == 0 })
+}

@@ -46,6 +46,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"NaN stripe demand":      hlsync.WithTuning(hlsync.Tuning{StripeDemand: math.NaN()}),
 		"negative groups":        hlsync.WithTuning(hlsync.Tuning{SlotGroups: -1}),
 		"too many groups":        hlsync.WithTuning(hlsync.Tuning{SlotGroups: 1 << 20}),
+		"negative linger":        hlsync.WithTuning(hlsync.Tuning{FetchLinger: -time.Millisecond}),
+		"linger past the wait":   hlsync.WithTuning(hlsync.Tuning{FetchLinger: time.Second}),
 		"zero max keys":          hlsync.WithMaxKeys(0),
 		"brace prefix":           hlsync.WithPrefix("a{b"),
 		"bad instance id":        hlsync.WithInstanceID("a b"),

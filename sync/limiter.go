@@ -91,6 +91,13 @@ type Limiter struct {
 
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
+	taken   uint64   // rounds that took the flagged entries, so far
+	// finished tells decisions when the round they wait for is over;
+	// fetcher says a goroutine of fetchAlone runs the rounds they wait
+	// for (fetches: Close waits for it).
+	finished finished
+	fetcher  atomic.Bool
+	fetches  stdsync.WaitGroup
 
 	limits limits // one copy of each limit in use, which entries point to
 
@@ -99,9 +106,9 @@ type Limiter struct {
 
 	life    stdsync.Mutex
 	running bool
-	driven  bool        // a drive.Driver steps the loop (the clock's owner)
-	looping atomic.Bool // the loop runs (and probes failing nodes)
-	chores  chores      // the loop's, when last done
+	driver  drive.Driver // steps the loop, when the clock is one (the simulator)
+	looping atomic.Bool  // the loop runs (and probes failing nodes)
+	chores  chores       // the loop's, when last done
 	probes  stdsync.WaitGroup
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -164,7 +171,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		l.probeKeys[g] = ks.Tagged(tag, "probe")
 	}
 	if d, ok := cfg.clock.(drive.Driver); ok {
-		l.driven = true
+		l.driver = d
 		l.looping.Store(true)
 		d.Drive(driven{l})
 	}
@@ -173,26 +180,33 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 
 // transport returns the limiter's transport, its calls' header fixed.
 func (l *Limiter) transport() transport {
+	script := lua.Sync
+	var refresh func(context.Context) // nodes need no map off a cluster
+	if isCluster(l.rdb) {
+		script = lua.SyncCluster
+		refresh = func(ctx context.Context) { l.refreshNodes(ctx, l.cfg.clock.Now()) }
+	}
 	return transport{
-		rdb: l.rdb,
+		rdb:    l.rdb,
+		script: script,
 		header: lua.SyncHeader{
 			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.wire(), Instance: l.cfg.instanceID,
 			AllowanceLifeUS: l.allowanceLife().Microseconds(),
 		}.Args(),
-		perSlot: l.cfg.perSlot || isCluster(l.rdb),
 		maxKeys: l.cfg.maxKeysPerCall,
 		durable: l.cfg.durable,
-		name: func(dst []byte, m *message) ([]byte, [lua.SyncKeys]int) {
+		name: func(dst []byte, m *message) ([]byte, [2]int) {
 			return l.appendPartKeys(dst, m.e.owner, int(m.e.shard), m.e.layout(), m.group)
 		},
-		nodes: &l.nodes,
-		stats: &l.stats,
-		clock: l.cfg.clock,
+		nodes:   &l.nodes,
+		refresh: refresh,
+		stats:   &l.stats,
+		clock:   l.cfg.clock,
 	}
 }
 
 // isCluster reports whether rdb is a cluster client, whose script calls
-// must each stay within one hash slot.
+// must each stay with one node.
 func isCluster(rdb hybridlimit.Redis) bool {
 	_, ok := rdb.(masterForKey)
 	return ok
@@ -239,9 +253,9 @@ func (l *Limiter) partKeys(key string, j int, at layout) (bucket, allowances str
 // whose slot group is g, end to end, and returns where each ends. A round
 // names the keys of its messages this way, into one buffer a call, rather
 // than each entry keeping its own strings.
-func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [lua.SyncKeys]int) {
-	var ends [lua.SyncKeys]int
-	for i, kind := range [lua.SyncKeys]byte{'h', 'a'} {
+func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [2]int) {
+	var ends [2]int
+	for i, kind := range [2]byte{'h', 'a'} {
 		dst = l.ks.AppendTagged(dst, l.tags[g])
 		dst = append(dst, kind)
 		if at.shards > 1 || at.gen > 0 {

@@ -129,9 +129,9 @@ func probeBucket(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hy
 		t.Fatal(err)
 	}
 	bucket, allow := probe.Keys(key)
-	h := lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000}.Args()
-	reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, append(h[:],
-		lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())...)
+	route, args := lua.SyncCall(lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
+		lua.SyncKey{Bucket: bucket, Allowances: allow, Msg: lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}})
+	reply, err := lua.Sync.Run(context.Background(), c, route, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func (l *Limiter) claimLoop() error {
 	switch {
 	case l.closed.Load():
 		return ErrClosed
-	case l.running || l.driven:
+	case l.running || l.driver != nil:
 		return ErrRunning
 	}
 	l.running = true
@@ -61,6 +61,7 @@ func (l *Limiter) loop(ctx context.Context) error {
 	t := newTicker(l.cfg.clock, l.pol.tick())
 	defer t.Stop()
 	for {
+		why := drive.StepWake
 		select {
 		case <-ctx.Done():
 			l.life.Lock()
@@ -70,14 +71,23 @@ func (l *Limiter) loop(ctx context.Context) error {
 		case <-l.stop:
 			return nil
 		case <-t.c:
+			why = drive.StepTick
 		case <-l.wake:
 		}
-		_ = l.exclusive(func() error {
-			r := l.step(ctx)
-			err := r.Send(ctx)
-			r.Finish()
-			return err
-		})
+		// A round in flight (a fetch's) makes exclusive wait for it without
+		// running the step: go again, so that no tick is lost.
+		for ran := false; !ran; {
+			_ = l.exclusive(func() error {
+				ran = true
+				r := l.step(ctx)
+				err := r.Send(ctx)
+				r.Finish()
+				return err
+			})
+		}
+		if why == drive.StepTick {
+			l.doChores(ctx, l.cfg.clock.Now())
+		}
 	}
 }
 
@@ -86,11 +96,10 @@ type chores struct {
 	presence, reshard time.Time
 }
 
-// step does the loop's work due at the clock's time: it points the slot
+// step begins the loop's round at the clock's time: it points the slot
 // groups at the masters serving them, probes the nodes whose breakers are
-// open, records presence and runs automatic sharding once an interval,
-// and begins the round of the entries due or flagged, which the caller
-// sends and finishes. Steps never overlap.
+// open, and begins the round of the entries due or flagged, which the
+// caller sends and finishes. Steps never overlap.
 func (l *Limiter) step(ctx context.Context) *round {
 	now := l.cfg.clock.Now()
 	l.refreshNodes(ctx, now)
@@ -99,6 +108,12 @@ func (l *Limiter) step(ctx context.Context) *round {
 			l.probe(n)
 		}
 	}
+	return l.beginRound()
+}
+
+// doChores records presence and runs automatic sharding, each once an
+// interval: the loop's work at a tick, after the round.
+func (l *Limiter) doChores(ctx context.Context, now time.Time) {
 	if now.Sub(l.chores.presence) >= l.cfg.interval {
 		_ = l.announce(ctx, true)
 		l.chores.presence = now
@@ -109,7 +124,6 @@ func (l *Limiter) step(ctx context.Context) *round {
 		}
 		l.chores.reshard = now
 	}
-	return l.beginRound()
 }
 
 // refreshNodes points each slot group at the master serving it now, on a
@@ -144,7 +158,10 @@ func (l *Limiter) beginRound() *round {
 		return &round{l: l} // nothing to say after Close (see syncRound)
 	}
 	now := l.cfg.clock.Now()
-	return l.prepare(now, l.sweep(now), false)
+	due, gen := l.sweep(now)
+	r := l.prepare(now, due, false)
+	r.gen = gen
+	return r
 }
 
 // Messages returns the number of keys the round carries.
@@ -160,6 +177,10 @@ func (r *round) Send(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	err := l.tr.send(ctx, r.msgs)
+	r.err = err
+	if r.fetch {
+		return err // counted in Stats.Fetches when it began
+	}
 	l.stats.rounds.Add(1)
 	l.stats.lastRound.Store(int64(time.Since(start)))
 	if err != nil {
@@ -168,15 +189,33 @@ func (r *round) Send(ctx context.Context) error {
 	return err
 }
 
-// Finish applies the replies at the clock's time.
-func (r *round) Finish() { r.apply(r.l.cfg.clock.Now()) }
+// Finish applies the replies at the clock's time, and tells the decisions
+// waiting for the round.
+func (r *round) Finish() {
+	r.apply(r.l.cfg.clock.Now())
+	if r.gen > 0 {
+		r.l.finished.publish(r.gen, r.err)
+	}
+}
 
 // driven is a Limiter's loop as a drive.Driver steps it.
 type driven struct{ l *Limiter }
 
 func (d driven) Tick() time.Duration { return d.l.pol.tick() }
 
-func (d driven) Step(ctx context.Context) drive.Round { return d.l.step(ctx) }
+// Step does a tick's chores before its round (the loop does them after:
+// in virtual time they take none). A fetch is the fetcher's round.
+func (d driven) Step(ctx context.Context, why drive.Why) drive.Round {
+	switch why {
+	case drive.StepTick:
+		d.l.doChores(ctx, d.l.cfg.clock.Now())
+	case drive.StepFetch:
+		return d.l.fetchRound()
+	}
+	return d.l.step(ctx)
+}
+
+func (d driven) Linger() time.Duration { return d.l.cfg.linger }
 
 func (d driven) Woken() bool {
 	select {
@@ -195,13 +234,14 @@ func (d driven) Announce(ctx context.Context) error {
 // sweep returns the entries flagged or due for a sync by the schedule,
 // and every quarter of the idle hold evicts the idle entries: the one walk
 // over every entry, which is why it is not made every tick.
-func (l *Limiter) sweep(now time.Time) []*entry {
-	due := l.sched.take(l.nanos(now), l.takeFlagged())
+func (l *Limiter) sweep(now time.Time) ([]*entry, uint64) {
+	flagged, gen := l.takeFlagged()
+	due := l.sched.take(l.nanos(now), flagged)
 	if now.Sub(l.swept) >= l.pol.idleHold()/4 {
 		l.swept = now
 		l.evictIdle(now)
 	}
-	return due
+	return due, gen
 }
 
 // evictIdle removes from the tables the entries that hold nothing and have
@@ -343,7 +383,8 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)
 	}
-	l.probes.Wait() // a driven loop's
+	l.probes.Wait()  // a driven loop's
+	l.fetches.Wait() // fetchAlone's, cut short by the close
 	_ = l.announce(ctx, false)
 	l.closedClean = true
 	return nil

@@ -33,6 +33,9 @@ type nodes struct {
 	mu      stdsync.Mutex
 	byAddr  map[string]*node
 	ofGroup []atomic.Pointer[node]
+	// known says every group's master came from the cluster's slot map
+	// at the last refresh (on a cluster client).
+	known atomic.Bool
 	// Counts of every node's breaker switches and open time, which
 	// outlive the nodes (a master replaced by its replica leaves).
 	opens, closes atomic.Uint64
@@ -75,15 +78,18 @@ func (ns *nodes) of(g int) *node { return ns.ofGroup[g].Load() }
 func (ns *nodes) refresh(ctx context.Context, cc masterForKey, keys []string, now time.Time) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
+	known := true
 	for g := range ns.ofGroup {
 		c, err := cc.MasterForKey(ctx, keys[g])
 		if err != nil {
+			known = false
 			continue // no slot map yet: the node it had, or the seed one
 		}
 		if addr := c.Options().Addr; ns.ofGroup[g].Load().addr != addr {
 			ns.ofGroup[g].Store(ns.get(addr, g))
 		}
 	}
+	ns.known.Store(known)
 	serving := make(map[*node]bool, len(ns.byAddr))
 	for g := range ns.ofGroup {
 		serving[ns.ofGroup[g].Load()] = true

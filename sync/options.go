@@ -74,6 +74,7 @@ type config struct {
 	interval       time.Duration
 	jitter         float64
 	maxKeysPerCall int
+	linger         time.Duration
 	maxWait        time.Duration
 	roundTimeout   time.Duration
 	lookahead      float64
@@ -88,7 +89,6 @@ type config struct {
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
 	auto           AutoSplit
-	perSlot        bool
 	durable        durability
 	logger         *slog.Logger
 	clock          Clock
@@ -186,9 +186,14 @@ type Tuning struct {
 	// SlotGroups is how many hash-slot groups keys spread over (default 64,
 	// to 16384): part of the key layout, alike on every instance.
 	SlotGroups int
-	// CallPerSlotGroup keeps each call to one slot group with any client,
-	// as a cluster client must (the simulator models a cluster this way).
-	CallPerSlotGroup bool
+	// FetchLinger is how long a decision out of allowance (a key new to
+	// the instance, a low limit, a lease spent early) waits for others
+	// before their keys go to Redis together, one call a node (default 0:
+	// at once, or with the round in flight's successor; at most the max
+	// wait). A linger makes fewer calls while many keys are new or low,
+	// and makes those decisions wait that much longer: a quarter of the
+	// sync interval rides every fetch on the loop's next tick.
+	FetchLinger time.Duration
 }
 
 // WithTuning sets the knobs t's non-zero fields name.
@@ -221,7 +226,12 @@ func WithTuning(t Tuning) Option {
 		if t.SlotGroups != 0 {
 			c.groups = t.SlotGroups
 		}
-		c.perSlot = c.perSlot || t.CallPerSlotGroup
+		if t.FetchLinger < 0 {
+			return fmt.Errorf("sync: fetch linger %v is negative", t.FetchLinger)
+		}
+		if t.FetchLinger != 0 {
+			c.linger = t.FetchLinger
+		}
 		return nil
 	})
 }
@@ -401,6 +411,9 @@ func configure(opts []Option) (config, error) {
 	c.finish()
 	if c.roundTimeout < c.durable.timeout {
 		return c, fmt.Errorf("sync: round timeout %v is shorter than the durable-sync WAIT timeout %v: a round would end before its replicas could answer", c.roundTimeout, c.durable.timeout)
+	}
+	if c.linger > c.maxWait {
+		return c, fmt.Errorf("sync: fetch linger %v is longer than the max wait %v: every fetch would be given up", c.linger, c.maxWait)
 	}
 	if (c.shards != nil || c.auto.Max > 0) && c.mode == Optimistic {
 		return c, errors.New("sync: WithSplitKeys and WithAutoSplit need Reserve mode")

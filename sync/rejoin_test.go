@@ -61,9 +61,9 @@ func partsLeftIn(t *testing.T, c hybridlimit.Redis, l *Limiter, key string, limi
 	for j := range at.shards {
 		p := partOf(limit, j, at.shards)
 		bucket, allow := l.partKeys(key, j, at)
-		h := lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000}.Args()
-		reply, err := lua.Sync.Run(context.Background(), c, []string{bucket, allow}, append(h[:],
-			lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}.String())...)
+		route, args := lua.SyncCall(lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
+			lua.SyncKey{Bucket: bucket, Allowances: allow, Msg: lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}})
+		reply, err := lua.Sync.Run(context.Background(), c, route, args...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,8 +26,11 @@ type message struct {
 // applying are separate steps so that a driver in virtual time can let
 // time pass between them.
 type round struct {
-	l    *Limiter
-	msgs []message
+	l     *Limiter
+	fetch bool   // run on demand for decisions out of allowance, not by the loop
+	gen   uint64 // the number of the round, if it took the flagged entries
+	err   error  // the error of its calls, once sent
+	msgs  []message
 	// rejoin holds the keys of entries that heard nothing from Redis for
 	// too long to trust their moved layout (see prepareEntry).
 	rejoin []string

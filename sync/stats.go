@@ -10,6 +10,7 @@ import (
 // counters are the Limiter's plain counters; Stats copies them.
 type counters struct {
 	rounds, roundErrors, messages, scriptCalls, fetches, waits atomic.Uint64
+	elsewhere                                                  atomic.Uint64 // messages a node answered elsewhere
 	failOpen, failClosed, fallbackAllowed, fallbackDenied      atomic.Uint64
 	evictions                                                  atomic.Uint64
 	reshards, moves                                            atomic.Uint64
@@ -68,6 +69,7 @@ type Stats struct {
 	Fetches       uint64 // rounds run on demand for decisions out of allowance
 	Messages      uint64 // key messages sent to Redis
 	ScriptCalls   uint64 // script calls sent to Redis
+	Elsewhere     uint64 // key messages a node no longer serving their slot answered without applying (sent again)
 	Waits         uint64 // decisions that waited for a fetch
 	DeniedRemote  uint64 // decisions denied because Redis said the bucket is empty
 	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (longer)
@@ -146,6 +148,7 @@ func (l *Limiter) Stats() Stats {
 		Fetches:         c.fetches.Load(),
 		Messages:        c.messages.Load(),
 		ScriptCalls:     c.scriptCalls.Load(),
+		Elsewhere:       c.elsewhere.Load(),
 		Waits:           c.waits.Load(),
 		DeniedRemote:    uint64(c.deniedRemote.Value()),
 		DeniedLocal:     uint64(c.deniedLocal.Value()),

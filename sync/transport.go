@@ -16,22 +16,28 @@ import (
 )
 
 // transport carries a round's messages to Redis and their replies back:
-// one script call per slot group (or per round, off a cluster) and
-// maxKeys messages, pipelined per node, NOSCRIPT answered with EVAL, WAIT
-// under durable sync, and every reply checked (lua.ParseSyncReplies). It
-// knows messages and replies, not leases; it tells each node's breaker
-// how its calls went.
+// one script call per Redis node of up to maxKeys messages (on a cluster
+// the node serving each message's slot group, as nodes last learned it;
+// one node otherwise), pipelined, NOSCRIPT answered with EVAL, WAIT under
+// durable sync, and every reply checked (lua.ParseSyncReplies). A message
+// that reaches a node no longer serving its slot is answered "elsewhere";
+// the round then reads the slot map anew and sends it once more. It knows
+// messages and replies, not leases; it tells each node's breaker how its
+// calls went.
 type transport struct {
 	rdb     hybridlimit.Redis
+	script  *lua.Script // lua.SyncCluster on a cluster, else lua.Sync
 	header  [lua.SyncHeaderArgs]any
-	perSlot bool // one call per slot group: needed on a cluster
-	maxKeys int  // messages per call
+	maxKeys int // messages per call
 	durable durability
 	// name appends the two key names of m's part to dst (see appendPartKeys).
-	name  func(dst []byte, m *message) ([]byte, [lua.SyncKeys]int)
+	name  func(dst []byte, m *message) ([]byte, [2]int)
 	nodes *nodes
-	stats *counters
-	clock Clock
+	// refresh points nodes at the masters the cluster's slot map names
+	// (nil off a cluster).
+	refresh func(ctx context.Context)
+	stats   *counters
+	clock   Clock
 }
 
 // durability is WithDurableSync's setting: no replicas for none.
@@ -55,6 +61,32 @@ func (t *transport) send(ctx context.Context, msgs []message) error {
 		return nil
 	}
 	defer t.stats.observeRound(time.Now(), len(msgs))
+	if t.refresh != nil && !t.nodes.known.Load() {
+		t.refresh(ctx)
+	}
+	all := make([]*message, len(msgs))
+	for i := range msgs {
+		all[i] = &msgs[i]
+	}
+	moved, err := t.sendTo(ctx, all)
+	if len(moved) > 0 {
+		// The slot map moved under the round: read it again, and send
+		// what went to the wrong node once more.
+		if r, ok := t.rdb.(interface{ ReloadState(context.Context) }); ok {
+			r.ReloadState(ctx)
+		}
+		if t.refresh != nil {
+			t.refresh(ctx)
+		}
+		_, again := t.sendTo(ctx, moved)
+		err = errors.Join(err, again)
+	}
+	return err
+}
+
+// sendTo sends msgs in calls by node and stores the replies in them; it
+// returns the messages answered elsewhere, which have none.
+func (t *transport) sendTo(ctx context.Context, msgs []*message) (moved []*message, err error) {
 	calls := t.batches(msgs)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(pipelineParallel)
@@ -76,7 +108,11 @@ func (t *transport) send(ctx context.Context, msgs []message) error {
 	_ = g.Wait()
 	t.stats.scriptCalls.Add(uint64(len(calls)))
 	t.judgeNodes(calls)
-	return errors.Join(errs...)
+	for _, c := range calls {
+		moved = append(moved, c.moved...)
+	}
+	t.stats.elsewhere.Add(uint64(len(moved)))
+	return moved, errors.Join(errs...)
 }
 
 // judgeNodes tells each node's breaker how its calls in a round went: well
@@ -87,7 +123,7 @@ func (t *transport) judgeNodes(calls []*call) {
 	answered := make(map[*node]bool)
 	failed := make(map[*node]error)
 	for _, c := range calls {
-		n := t.nodes.of(c.group)
+		n := c.node
 		switch {
 		case c.err == nil:
 			answered[n] = true
@@ -132,45 +168,41 @@ func (t *transport) byNode(ctx context.Context, calls []*call) map[hybridlimit.R
 	return out
 }
 
-// call is one script call: the messages of one slot group, in order.
+// call is one script call: messages for one node, in order.
 type call struct {
-	group int // the slot group of its messages (the first's, off a cluster)
-	msgs  []*message
-	keys  []string
-	argv  []string // one message per key (lua.SyncMsg)
-	args  []any    // the header, then a pointer to each of argv
-	err   error    // why the call got no usable reply, once sent
+	node *node // the node its messages' slot groups map to
+	msgs []*message
+	keys []string // KEYS: the first message's bucket, which routes the call
+	// names holds each message's bucket and allowances, argv its text
+	// (lua.SyncMsg); args the header, then a pointer to each of a
+	// message's three.
+	names, argv []string
+	args        []any
+	err         error      // why the call got no usable reply, once sent
+	moved       []*message // the messages answered elsewhere
 }
 
-// batches splits the messages into script calls by slot group. Each
-// message's integers are written as text into one buffer per call, and its
-// two key names into another; each buffer becomes one string that the
-// call's ARGV and KEYS slice, and the command refers to them by pointer,
-// which an interface holds without copying. So a call costs a few
-// allocations whatever its number of messages, and an entry keeps no key
-// names.
-func (t *transport) batches(msgs []message) []*call {
-	// A script call may touch one slot only on a cluster; elsewhere one
-	// call carries every group's messages (maxKeys at a time).
-	group := func(m *message) int { return m.group }
-	if !t.perSlot {
-		group = func(*message) int { return 0 }
+// batches splits the messages into script calls by node. Each message's
+// integers are written as text into one buffer per call, and its two key
+// names into another; each buffer becomes one string that the call's ARGV
+// slice, and the command refers to them by pointer, which an interface
+// holds without copying. So a call costs a few allocations whatever its
+// number of messages, and an entry keeps no key names.
+func (t *transport) batches(msgs []*message) []*call {
+	perNode := make(map[*node]int)
+	for _, m := range msgs {
+		perNode[t.nodes.of(m.group)]++
 	}
-	perGroup := make(map[int]int)
-	for i := range msgs {
-		perGroup[group(&msgs[i])]++
-	}
-	open := make(map[int]*building, len(perGroup))
+	open := make(map[*node]*building, len(perNode))
 	var all []*building
-	for i := range msgs {
-		m := &msgs[i]
-		g := group(m)
-		c := open[g]
+	for _, m := range msgs {
+		n := t.nodes.of(m.group)
+		c := open[n]
 		if c == nil || len(c.msgs) == t.maxKeys {
-			n := min(perGroup[g], t.maxKeys)
-			perGroup[g] -= n
-			c = t.newBuilding(m.group, n)
-			open[g] = c
+			size := min(perNode[n], t.maxKeys)
+			perNode[n] -= size
+			c = t.newBuilding(n, size)
+			open[n] = c
 			all = append(all, c)
 		}
 		c.add(t, m)
@@ -186,31 +218,31 @@ func (t *transport) batches(msgs []message) []*call {
 // end, and where each ends.
 type building struct {
 	*call
-	text, names []byte
-	ends, nends []int
+	text, nameText []byte
+	ends, nameEnds []int
 }
 
-// newBuilding starts a call of group g for n messages.
-func (t *transport) newBuilding(g, n int) *building {
+// newBuilding starts a call to node n for size messages.
+func (t *transport) newBuilding(n *node, size int) *building {
 	return &building{
 		call: &call{
-			group: g,
-			msgs:  make([]*message, 0, n),
-			args:  append(make([]any, 0, len(t.header)+n), t.header[:]...),
+			node: n,
+			msgs: make([]*message, 0, size),
+			args: append(make([]any, 0, len(t.header)+lua.SyncKeyArgs*size), t.header[:]...),
 		},
-		text:  make([]byte, 0, 64*n),
-		ends:  make([]int, 0, n),
-		names: make([]byte, 0, lua.SyncKeys*48*n),
-		nends: make([]int, 0, lua.SyncKeys*n),
+		text:     make([]byte, 0, 64*size),
+		ends:     make([]int, 0, size),
+		nameText: make([]byte, 0, 2*48*size),
+		nameEnds: make([]int, 0, 2*size),
 	}
 }
 
 // add writes m into the call.
 func (c *building) add(t *transport, m *message) {
 	c.msgs = append(c.msgs, m)
-	var ends [lua.SyncKeys]int
-	c.names, ends = t.name(c.names, m)
-	c.nends = append(c.nends, ends[:]...)
+	var ends [2]int
+	c.nameText, ends = t.name(c.nameText, m)
+	c.nameEnds = append(c.nameEnds, ends[:]...)
 	c.text = m.wire.Append(c.text)
 	c.ends = append(c.ends, len(c.text))
 }
@@ -218,10 +250,12 @@ func (c *building) add(t *transport, m *message) {
 // finish cuts the call's ARGV and KEYS from its buffers.
 func (c *building) finish() *call {
 	c.argv = cut(c.text, c.ends)
+	c.names = cut(c.nameText, c.nameEnds)
 	for j := range c.argv {
-		c.args = append(c.args, &c.argv[j]) // a pointer, not a string, to box: no allocation
+		// Pointers, not strings, to box: no allocation.
+		c.args = append(c.args, &c.names[2*j], &c.names[2*j+1], &c.argv[j])
 	}
-	c.keys = cut(c.names, c.nends)
+	c.keys = c.names[:1]
 	return c.call
 }
 
@@ -244,7 +278,7 @@ func (t *transport) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls [
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.IntSliceCmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = lua.Sync.EvalShaInts(ctx, pipe, c.keys, c.args)
+		cmds[i] = t.script.EvalShaInts(ctx, pipe, c.keys, c.args)
 	}
 	durable := make([]error, len(calls))
 	wait := t.waitReplicas(ctx, rdb, pipe)
@@ -260,7 +294,7 @@ func (t *transport) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls [
 	if len(retry) > 0 {
 		pipe = rdb.Pipeline()
 		for _, i := range retry {
-			cmds[i] = lua.Sync.EvalInts(ctx, pipe, calls[i].keys, calls[i].args)
+			cmds[i] = t.script.EvalInts(ctx, pipe, calls[i].keys, calls[i].args)
 		}
 		wait := t.waitReplicas(ctx, rdb, pipe)
 		_, _ = pipe.Exec(ctx)
@@ -285,7 +319,7 @@ func (t *transport) receive(cmd *redis.IntSliceCmd, durable error, c *call) erro
 		err = durable
 	}
 	if err == nil {
-		err = decodeInto(reply, c.msgs)
+		err = decodeInto(reply, c)
 	} else {
 		lua.NoteError(t.rdb, err) // a dead master: learn who took over
 	}
@@ -328,13 +362,18 @@ func (t *transport) waitReplicas(ctx context.Context, rdb hybridlimit.Redis, pip
 	}
 }
 
-// decodeInto checks a call's reply and stores each message's part in it.
-func decodeInto(reply []int64, msgs []*message) error {
-	replies := make([]lua.SyncReply, len(msgs))
+// decodeInto checks a call's reply and stores each message's part in it;
+// a message answered elsewhere gets none, and goes to c.moved.
+func decodeInto(reply []int64, c *call) error {
+	replies := make([]lua.SyncReply, len(c.msgs))
 	if err := lua.ParseSyncReplies(reply, replies); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	for i, m := range msgs {
+	for i, m := range c.msgs {
+		if replies[i].Elsewhere {
+			c.moved = append(c.moved, m)
+			continue
+		}
 		m.reply, m.ok = replies[i], true
 	}
 	return nil

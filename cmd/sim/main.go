@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,6 +49,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	cfg      sim.Config
+	scales   []float64 // -scale
 	live     bool
 	target   sim.LiveTarget
 	json     bool
@@ -99,6 +101,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		quiet      = fs.Bool("q", false, "report no progress on stderr (by default each run is reported as it ends)")
 		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
 		standalone = fs.Bool("standalone", false, "virtual: model one Redis server, not a cluster (one script call a round)")
+		linger     = fs.Duration("linger", 0, "hybrid: how long a decision out of allowance waits for others before their keys go to Redis together (sync.Tuning.FetchLinger)")
+		scales     = fs.String("scale", "", "virtual: comma list of factors, such as 1,10,100, by which to multiply the request rate and every key's limit: one table of cost against traffic, as a cluster and on one server (default strategies exact,reserve at 200ms; exact at the first scale only)")
 		cpuprof    = fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`, for go tool pprof")
 	)
 	fs.Usage = func() {
@@ -147,6 +151,14 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, bad("%s", strings.TrimPrefix(err.Error(), "sim: "))
 	}
+	if *scales != "" {
+		if !set["strategies"] {
+			*strategies = "exact,reserve"
+		}
+		if !set["sync"] {
+			*syncs = "200ms"
+		}
+	}
 	strats, err := sim.ParseStrategies(*strategies)
 	if err != nil {
 		return nil, bad("-strategies: %s", strings.TrimPrefix(err.Error(), "sim: "))
@@ -159,7 +171,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt %v is outside [0, 10s]", *rtt)
 	}
 	o := &options{
-		cfg:      sim.Config{Scenario: sc, Strategies: strats, Intervals: intervals, RTT: *rtt, Standalone: *standalone},
+		cfg:      sim.Config{Scenario: sc, Strategies: strats, Intervals: intervals, RTT: *rtt, Standalone: *standalone, Linger: *linger},
 		live:     *live,
 		json:     *jsonOut,
 		csv:      *csvFile,
@@ -182,6 +194,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt is for virtual mode; live mode has the real one")
 	case *live && *standalone:
 		return nil, bad("-standalone is for virtual mode; live mode uses the Redis it is given")
+	case *scales != "" && (*live || *standalone || *diag || *csvFile != "" || *svgFile != ""):
+		return nil, bad("-scale runs virtual mode, as a cluster and on one server, and writes a table or -json; not with -live, -standalone, -diag, -csv or -svg")
 	case set["workers"] && (*workers < 1 || *workers > sim.MaxWorkers):
 		return nil, bad("-workers %d is outside [1, %d]", *workers, sim.MaxWorkers)
 	case set["workers"] && *workers > sim.MaxTotalWorkers/sc.Instances:
@@ -189,6 +203,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if *live {
 		o.mode = "live"
+	}
+	if *scales != "" {
+		if o.scales, err = sim.ParseScales(*scales); err != nil {
+			return nil, bad("-scale: %s", strings.TrimPrefix(err.Error(), "sim: "))
+		}
 	}
 	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
 	if *cluster != "" {
@@ -224,8 +243,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				len(strconv.Itoa(total)), done, total, time.Since(start).Seconds(), r.Label(),
 				pctStr(r.OvershootRatio), r.RedisCmdsPerDecision, r.Elapsed.Seconds())
 		}
-		title, _ := describe(o)
-		fmt.Fprintf(stderr, "sim: %d runs of %s; each is reported as it ends\n", runCount(o.cfg), title)
+		if o.scales == nil {
+			title, _ := describe(o)
+			fmt.Fprintf(stderr, "sim: %d runs of %s; each is reported as it ends\n", runCount(o.cfg), title)
+		}
 	}
 	o.cfg.Detail = o.diag && !o.live
 	if o.cpuprof != "" {
@@ -234,6 +255,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, err)
 		}
 		defer stop()
+	}
+	if o.scales != nil {
+		return runScales(ctx, o, stdout, stderr, start)
 	}
 	var rep *sim.Report
 	if o.live {
@@ -488,11 +512,14 @@ request of every instance: what a perfect limiter admits.
   worst window   on the worst key, the most admissions in any %v window beyond burst + rate
                  (the most a token bucket ever admits in one), as a share of burst + rate
   redis cmds     Redis commands sent while deciding; cmds/decision: per request decided
-  hottest slot   the busiest hash slot's share of those commands: the share one Redis Cluster
-                 node carries, however many nodes there are
+  hottest slot   the busiest hash slot's share of Redis's work: of the key messages it ran (a
+                 script on one key is one, a hybrid sync call carries many): the share one
+                 Redis Cluster node carries, however many nodes there are
 `, per)
 	if o.live {
 		s += `  decisions/s    decisions a second, all instances together; p50, p99: decision latency
+  redis cpu/decision  the CPU the Redis servers spent over the run (INFO cpu, every node of a
+                 cluster), per decision
 `
 	}
 	return s
@@ -518,4 +545,51 @@ func upper(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// runScales runs the scenario at each of o.scales and writes one table.
+func runScales(ctx context.Context, o *options, stdout, stderr io.Writer, start time.Time) int {
+	if o.progress {
+		title, _ := describe(o)
+		fmt.Fprintf(stderr, "sim: %s at scales %v, as a cluster and on one server; each run is reported as it ends\n", title, o.scales)
+	}
+	scaled, err := sim.RunScales(ctx, o.cfg, o.scales)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if o.progress {
+		fmt.Fprintf(stderr, "sim: done in %.1fs\n", time.Since(start).Seconds())
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(scaled)
+	} else {
+		err = writeScales(stdout, scaled, o)
+	}
+	if err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
+
+// writeScales writes the table of a -scale run, with what it shows.
+func writeScales(w io.Writer, scaled []sim.Scaled, o *options) error {
+	title, load := describe(o)
+	if _, err := fmt.Fprintf(w, "Scenario %s, at %d scales:\n%s; each scale multiplies the rate and every key's limit and burst.\n\n",
+		title, len(scaled), upper(load)); err != nil {
+		return err
+	}
+	if err := sim.WriteScaleTable(w, scaled); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, `
+  cmds, cluster  Redis commands sent while deciding, on a cluster of %d masters; cmds/decision:
+                 per request decided. One server: the same on one Redis server
+  fetches        the share of the cluster's commands in rounds that decisions out of allowance
+                 waited for: mostly a key an instance sees for the first time, which Reserve
+                 must ask Redis about before it admits anything
+  overshoot, undershoot, worst window: as in the default table (go run ./cmd/sim -h)
+`, sim.ModelMasters)
+	return err
 }

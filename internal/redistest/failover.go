@@ -279,3 +279,73 @@ func (s *Server) EvictAll(tb testing.TB, prefix string) int {
 	}
 	return i
 }
+
+// MoveSlot moves slot, with its keys, from the master serving it to the
+// master to, as redis-cli --cluster reshard does (IMPORTING on to,
+// MIGRATING on the source, MIGRATE of the keys, then every master told
+// the new owner), and waits until every node agrees. Clients keep their
+// slot maps until a redirection tells them: the tests of stale maps use
+// it.
+func (c *ClusterServers) MoveSlot(tb testing.TB, slot int, to *Server) {
+	tb.Helper()
+	from, _ := c.SlotOwner(tb, slot)
+	if from == to {
+		return
+	}
+	id := func(s *Server) string {
+		v, err := ask(s, func(ctx context.Context, cl *redis.Client) (string, error) {
+			return cl.Do(ctx, "CLUSTER", "MYID").Text()
+		})
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER MYID on %s: %v", s.Addr, err)
+		}
+		return v
+	}
+	do := func(s *Server, args ...any) {
+		tb.Helper()
+		if _, err := ask(s, func(ctx context.Context, cl *redis.Client) (any, error) {
+			return cl.Do(ctx, args...).Result()
+		}); err != nil {
+			tb.Fatalf("redistest: %v on %s: %v", args, s.Addr, err)
+		}
+	}
+	fromID, toID := id(from), id(to)
+	do(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+	do(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	host, port, _ := strings.Cut(to.Addr, ":")
+	for {
+		keys, err := ask(from, func(ctx context.Context, cl *redis.Client) ([]string, error) {
+			return cl.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		})
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER GETKEYSINSLOT on %s: %v", from.Addr, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		do(from, args...)
+	}
+	for _, s := range append([]*Server{to, from}, c.Masters(tb)...) {
+		do(s, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+	}
+	c.WaitServes(tb, to, slot, 15*time.Second)
+}
+
+// Masters returns the nodes that are masters now.
+func (c *ClusterServers) Masters(tb testing.TB) []*Server {
+	tb.Helper()
+	var out []*Server
+	for _, n := range c.Nodes {
+		role, err := ask(n, func(ctx context.Context, cl *redis.Client) (string, error) {
+			return cl.Info(ctx, "replication").Result()
+		})
+		if err == nil && strings.Contains(role, "role:master") {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,207 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	stdsync "sync"
+	"text/tabwriter"
+)
+
+// Scaled is one scale of RunScales: the scenario with its request rate and
+// every key's limit (rate and burst) multiplied by Scale, so that the same
+// share of keys is over its limit, modelled as a cluster and as one
+// server.
+type Scaled struct {
+	Scale     float64 `json:"scale"`
+	Rate      float64 `json:"rate"`  // requests a second, all keys
+	Limit     int64   `json:"limit"` // every key's, a second
+	Cluster   *Report `json:"cluster"`
+	OneServer *Report `json:"one_server"`
+}
+
+// RunScales runs cfg in virtual time at each scale, as a cluster and on one
+// server (cfg.Standalone is ignored), and returns the reports in the order
+// of scales. The exact strategy runs at the first scale only: it costs one
+// script a decision at any scale, and a large scale of it takes long. The
+// runs go GOMAXPROCS at once, each alone (cfg.Parallel is ignored).
+func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, error) {
+	if len(scales) == 0 {
+		return nil, errors.New("sim: no scale to run")
+	}
+	out := make([]Scaled, len(scales))
+	type job struct {
+		cfg   Config
+		store **Report
+	}
+	var jobs []job
+	for i, f := range scales {
+		sc, err := scale(cfg.Scenario, f)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Scaled{Scale: f, Rate: sc.Rate, Limit: sc.Limit.Rate}
+		c := cfg
+		c.Scenario, c.Parallel, c.Progress = sc, 1, nil
+		if i > 0 {
+			c.Strategies = without(cfg.Strategies, Exact)
+		}
+		if len(c.Strategies) == 0 {
+			continue
+		}
+		for _, standalone := range []bool{false, true} {
+			c.Standalone = standalone
+			store := &out[i].Cluster
+			if standalone {
+				store = &out[i].OneServer
+			}
+			jobs = append(jobs, job{c, store})
+		}
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	var (
+		wg   stdsync.WaitGroup
+		mu   stdsync.Mutex
+		errs []error
+		done int
+		next = make(chan job)
+	)
+	total := 0
+	for _, j := range jobs {
+		total += len(plan(j.cfg.Strategies, j.cfg.Intervals))
+	}
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				c := j.cfg
+				c.Progress = func(_, _ int, r Result) {
+					if cfg.Progress != nil {
+						mu.Lock()
+						done++
+						cfg.Progress(done, total, r)
+						mu.Unlock()
+					}
+				}
+				rep, err := RunVirtual(ctx, c)
+				mu.Lock()
+				*j.store = rep
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scale returns sc with its rate and every key's limit multiplied by f.
+func scale(sc Scenario, f float64) (Scenario, error) {
+	l := sc.Limit
+	if !(f > 0) || l.Period.Seconds() != 1 {
+		return sc, fmt.Errorf("sim: scale %v of a limit of %v: want a positive scale of a limit per second", f, l)
+	}
+	rate, burst := math.Round(float64(l.Rate)*f), math.Round(float64(l.Burst)*f)
+	if rate < 1 || burst < 1 || rate > 1<<40 || burst > 1<<40 {
+		return sc, fmt.Errorf("sim: scale %v makes the limit %v/s burst %v", f, rate, burst)
+	}
+	sc.Rate *= f
+	sc.Limit.Rate, sc.Limit.Burst = int64(rate), int64(burst)
+	return sc, sc.Validate()
+}
+
+func without(ss []Strategy, drop Strategy) []Strategy {
+	var out []Strategy
+	for _, s := range ss {
+		if s != drop {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParseScales parses a comma list of scales, such as "1,10,100".
+func ParseScales(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(x > 0) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("sim: scale %q is not a positive number", f)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// WriteScaleTable writes one row per strategy and sync interval at each
+// scale: the accuracy (of the cluster model; one server's differs only in
+// its calls), the Redis commands as a cluster and on one server, and the
+// share of them in rounds that decisions out of allowance waited for
+// (fetches: mostly keys an instance sees for the first time). A last line
+// says how each row's commands grew from the first scale to the last.
+func WriteScaleTable(w io.Writer, scaled []Scaled) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scale\trate/s\tlimit/s\tstrategy\tdecisions\tovershoot\tundershoot\tworst window\t"+
+		"cmds, cluster\tcmds/decision\tfetches\tcmds, one server\tcmds/decision\t")
+	first, last := map[string][2]int64{}, map[string][2]int64{}
+	for _, s := range scaled {
+		if s.Cluster == nil || s.OneServer == nil {
+			continue
+		}
+		for i, r := range s.Cluster.Results {
+			one := s.OneServer.Results[i]
+			fetches := "-"
+			if r.Strategy.Synced() && r.RedisCmds > 0 {
+				fetches = pct(float64(r.Diag.Phases[PhaseDecision]) / float64(r.RedisCmds))
+			}
+			fmt.Fprintf(tw, "x%s\t%.0f\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%.4f\t%s\t%d\t%.4f\t\n",
+				strconv.FormatFloat(s.Scale, 'g', -1, 64), s.Rate, s.Limit, r.Label(), r.Decisions,
+				pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
+				r.RedisCmds, r.RedisCmdsPerDecision, fetches, one.RedisCmds, one.RedisCmdsPerDecision)
+			cmds := [2]int64{r.RedisCmds, one.RedisCmds}
+			if _, ok := first[r.Label()]; !ok {
+				first[r.Label()] = cmds
+			}
+			last[r.Label()] = cmds
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(scaled) < 2 {
+		return nil
+	}
+	var growth []string
+	for _, r := range scaled[0].Cluster.Results {
+		a, b := first[r.Label()], last[r.Label()]
+		if !r.Strategy.Synced() || a[0] == 0 || a[1] == 0 {
+			continue
+		}
+		growth = append(growth, fmt.Sprintf("%s %.2fx as a cluster, %.2fx on one server",
+			r.Label(), float64(b[0])/float64(a[0]), float64(b[1])/float64(a[1])))
+	}
+	if len(growth) > 0 {
+		_, err := fmt.Fprintf(w, "\nRedis commands from x%s to x%s: %s.\n",
+			strconv.FormatFloat(scaled[0].Scale, 'g', -1, 64),
+			strconv.FormatFloat(scaled[len(scaled)-1].Scale, 'g', -1, 64), strings.Join(growth, "; "))
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	stdsync "sync"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/drive"
+)
+
+// A decision out of allowance flags its key (flag) and waits for a round
+// that carries it: the rounds that take the flagged entries are numbered,
+// and the decision waits for the first that began after its flag. One
+// goroutine of the decisions', the fetcher, runs those rounds, one after
+// another while keys are flagged: each once the fetch linger has passed,
+// so that the keys of the decisions asking meanwhile travel together. The
+// loop's rounds take the flagged entries too; rounds never overlap. A
+// drive.Driver runs the fetches in virtual time instead.
+
+// errFetchTimeout is what a decision records when Redis did not answer its
+// fetch within the max wait.
+var errFetchTimeout = errors.New("sync: no reply within the max wait")
+
+// finished tells the decisions waiting for a round when it is over.
+type finished struct {
+	mu   stdsync.Mutex
+	gen  uint64        // the last round of flagged entries that finished
+	err  error         // the error of its calls
+	next chan struct{} // closed when the next one finishes
+}
+
+// publish records that round gen finished with err.
+func (f *finished) publish(gen uint64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen, f.err = max(f.gen, gen), err
+	if f.next != nil {
+		close(f.next)
+		f.next = nil
+	}
+}
+
+// after returns whether round gen finished, with the error of the last
+// round that did; else a channel closed when the next round finishes.
+func (f *finished) after(gen uint64) (bool, error, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gen >= gen {
+		return true, f.err, nil
+	}
+	if f.next == nil {
+		f.next = make(chan struct{})
+	}
+	return false, nil, f.next
+}
+
+// fetch asks for round gen, the one that carries the key a decision
+// flagged, and waits for it until deadline or the end of ctx, returning
+// the error of its calls.
+func (l *Limiter) fetch(ctx context.Context, gen uint64, deadline time.Time) error {
+	if l.driver != nil {
+		err := l.driver.Await(driven{l}, deadline)
+		if errors.Is(err, drive.ErrExpired) {
+			return errFetchTimeout
+		}
+		return err
+	}
+	if l.fetcher.CompareAndSwap(false, true) {
+		// Under life, against Close: its wait for the goroutine follows
+		// every Add, or this sees it closed.
+		l.life.Lock()
+		if l.closed.Load() {
+			l.life.Unlock()
+			l.fetcher.Store(false)
+			return ErrClosed
+		}
+		l.fetches.Add(1)
+		l.life.Unlock()
+		go l.fetchAlone()
+	}
+	// On the limiter's clock, as every wait.
+	expired, stop := after(l.cfg.clock, deadline.Sub(l.cfg.clock.Now()))
+	defer stop()
+	for {
+		done, err, next := l.finished.after(gen)
+		if done {
+			return err
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-expired:
+			// Only the round's own outcome counts for the breakers: a
+			// decision's patience says nothing certain about Redis.
+			return errFetchTimeout
+		case <-l.closedCh:
+			return ErrClosed
+		}
+	}
+}
+
+// fetchAlone is the fetcher: it runs the rounds of flagged entries until
+// none is left, one such goroutine at a time (l.fetcher), which Close
+// waits for. Each round waits for the fetch linger first, and is bounded
+// by the round timeout, so that decisions can stop waiting at their
+// deadlines even with a client that does not honour context deadlines.
+func (l *Limiter) fetchAlone() {
+	defer l.fetches.Done()
+	for {
+		if !l.closed.Load() {
+			l.linger()
+			err := l.exclusive(func() error {
+				r := l.fetchRound()
+				err := r.Send(context.Background())
+				r.Finish()
+				return err
+			})
+			if err != nil {
+				l.cfg.logger.Debug("sync: fetch failed", "err", err)
+			}
+		}
+		// Hand the job back, then take it again if a decision flagged a
+		// key meanwhile and found the job taken.
+		l.fetcher.Store(false)
+		if l.closed.Load() || !l.anyFlagged() || !l.fetcher.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// linger waits the fetch linger on the limiter's clock, or until Close.
+func (l *Limiter) linger() {
+	if l.cfg.linger <= 0 {
+		return
+	}
+	done, stop := after(l.cfg.clock, l.cfg.linger)
+	defer stop()
+	select {
+	case <-done:
+	case <-l.closedCh:
+	}
+}
+
+// fetchRound begins the round of the entries decisions flagged.
+func (l *Limiter) fetchRound() *round {
+	l.stats.fetches.Add(1)
+	entries, gen := l.takeFlagged()
+	r := l.prepare(l.cfg.clock.Now(), entries, false)
+	r.fetch, r.gen = true, gen
+	return r
+}
+
+// takeFlagged returns the flagged entries and the number of the round
+// that takes them.
+func (l *Limiter) takeFlagged() ([]*entry, uint64) {
+	l.flagMu.Lock()
+	defer l.flagMu.Unlock()
+	es := l.flagged
+	l.flagged = nil
+	l.taken++
+	return es, l.taken
+}
+
+// anyFlagged reports whether an entry waits for a round.
+func (l *Limiter) anyFlagged() bool {
+	l.flagMu.Lock()
+	defer l.flagMu.Unlock()
+	return len(l.flagged) > 0
+}
