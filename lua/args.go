@@ -8,7 +8,7 @@ import (
 // maxExact is 2^53: integers up to it are exact in a Lua number.
 const maxExact = 1 << 53
 
-// maxWide is 2^50: the scripts' mul_div (preamble.lua) is exact for
+// maxWide is 2^50: the scripts' mul_div (wide.lua) is exact for
 // divisors and quotients below it, so a period, a burst, a rate and the
 // time an empty bucket takes to fill must be below it.
 const maxWide = 1 << 50

@@ -49,6 +49,7 @@
 -- TTL: TAT - now (when the limiter is idle again), set on every write; a
 -- denial under the limit that wrote the state, and a peek, write nothing.
 
+local mul_div, ceil_mul_div = wide()
 local key = KEYS[1]
 local now = now_us()
 local rate = int_arg(2)

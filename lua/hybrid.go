@@ -10,17 +10,17 @@ import (
 // ReshardStep and ReshardReply.
 var (
 	// Sync reconciles a batch of keys of one slot with the global buckets.
-	Sync = load("sync")
+	Sync = load("sync", clock, preamble, bucket)
 	// Presence records a live instance and counts the live ones.
-	Presence = load("presence")
+	Presence = load("presence", clock, preamble)
 	// Reshard moves a split key's parts from one layout to another, one
 	// step on one part per call.
-	Reshard = load("reshard")
+	Reshard = load("reshard", clock, preamble, bucket)
 	// Lock takes and releases a lock one holder at a time may hold.
-	Lock = load("lock")
+	Lock = load("lock", preamble)
 	// SyncReset forgets keys, for the instances that hold them to forget
 	// their allowance at their next message.
-	SyncReset = load("sync_reset")
+	SyncReset = load("sync_reset", clock, preamble)
 )
 
 // ParseLockReply checks a reply of Lock: whether the lock was taken (or

@@ -42,7 +42,7 @@
 -- microseconds, rarely a whole number. Whole tokens are counted with a
 -- tolerance of 1e-6 token against float rounding.
 --
--- KEYS[2i-1]  global bucket of key i: a hash (see preamble.lua) holding
+-- KEYS[2i-1]  global bucket of key i: a hash (see bucket.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
 --             (l:<id>): "seq epoch total at": the last applied sequence
 --             number, the epoch (first sequence number) of the instance's
