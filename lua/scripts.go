@@ -14,7 +14,7 @@ var files embed.FS
 // They are package variables for convenience: do not reassign them.
 var (
 	TokenBucket        = load("token_bucket", clock, preamble, wide)
-	GCRA               = load("gcra", clock, preamble, wide)
+	GCRA               = load("gcra", clock, wide)
 	FixedWindow        = load("fixed_window", clock, preamble)
 	SlidingWindow      = load("sliding_window", clock, preamble, wide)
 	SlidingLog         = load("sliding_log", clock, preamble)
