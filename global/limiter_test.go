@@ -350,10 +350,10 @@ func TestGCRARateChange(t *testing.T) {
 // GCRA key on Redis's own clock and checks, after each, that the key lives
 // at least until its bucket is full again: its PTTL reaches the ResetAfter
 // a peek reports. A write sets the TTL only when the arrival time moves
-// into a later second than the one the TTL was set for, and keeps it
-// otherwise; a write that kept a TTL too short for the state would let the
-// key expire while its bucket is still short, and the next call would find
-// it full.
+// into a later two-second block than the one the TTL was set for, and
+// keeps it otherwise; a write that kept a TTL too short for the state would
+// let the key expire while its bucket is still short, and the next call
+// would find it full.
 func TestGCRATTLCoversState(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
@@ -366,10 +366,10 @@ func TestGCRATTLCoversState(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A token is 1ms or 1.25ms: costs of 100 to 400 move the arrival time
-	// across seconds within a few calls.
+	// across two-second blocks within a few calls, up to 10s ahead.
 	limits := []hybridlimit.Limit{
-		{Rate: 1000, Period: time.Second, Burst: 3000},
-		{Rate: 800, Period: time.Second, Burst: 2000},
+		{Rate: 1000, Period: time.Second, Burst: 10000},
+		{Rate: 800, Period: time.Second, Burst: 8000},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var kept, set int

@@ -39,13 +39,15 @@
 -- empty bucket. A bucket full under the old limit (TAT not ahead of now)
 -- is full under the new one, as an absent key is.
 --
--- TTL: until the end of the second after TAT's, by the script's clock:
--- the state matters until TAT, and a key used again within a second of it
--- is written over rather than made again, which costs a script more. A
--- write sets the TTL (PX) only when that end is later than the one of the
--- TAT it replaces, which the key's TTL already reaches, and keeps it
--- (KEEPTTL) otherwise: a key busy within one second gets its TTL once. A
--- denial under the limit that wrote the state, and a peek, write nothing.
+-- TTL: until TAT rounded up to a whole even second (the end of the
+-- two-second block TAT falls in, counting from the Unix epoch) by the
+-- script's clock. A write sets the TTL (PX) only when that end is later
+-- than the one of the TAT it replaces, which the key's TTL already
+-- reaches, and keeps it (KEEPTTL) otherwise, which costs Redis less: a
+-- key's TTL is set once per block its TAT moves into, so a key used every
+-- half second sets it on one write in four, and an idle key outlives its
+-- state by a second on average. A denial under the limit that wrote the
+-- state, and a peek, write nothing.
 --
 -- Cost. Redis runs three commands a decision (TIME, GET, SET). The script
 -- makes three small functions a run (now_us, wide, md); wide()'s exact
@@ -210,11 +212,11 @@ else
 end
 
 if write then
-  -- The key lives until e, the end of the second after t's: TAT =
+  -- The key lives until e, the end of t's two-second block: TAT =
   -- t + f/rate < t + 1 <= e. Its TTL reaches the e of held already.
-  local e = t - t % 1000000 + 2000000
+  local e = t - t % 2000000 + 2000000
   local v = string.format('%d %d ', t, f) .. lim
-  if not fresh and e <= held - held % 1000000 + 2000000 then
+  if not fresh and e <= held - held % 2000000 + 2000000 then
     redis.call('SET', key, v, 'KEEPTTL')
   else
     local left = e - now -- > 0: in ms rounded down plus one, the key outlives e
