@@ -285,7 +285,7 @@ func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybrid
 // Key kinds: the suffix after the hash tag, one per kind of state.
 const (
 	kindTokenBucket   = "tb"
-	kindGCRA          = "gcra"
+	kindGCRA          = "gcra2"
 	kindFixedWindow   = "fw"
 	kindSlidingWindow = "sw"
 	kindSlidingLog    = "sl"

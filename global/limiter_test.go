@@ -2,6 +2,7 @@ package global
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -320,19 +321,93 @@ func TestGCRARateChange(t *testing.T) {
 		{time.Second, 1, true, true, 3600, 0, 0},
 		{time.Second, 1, false, true, 3599, 0, time.Second},
 	}})
-	// State from before the rate was stored, written under 2^40 an hour:
-	// its fraction is taken to the next whole microsecond.
-	key, err := keyNames(l.ks, "old", kindGCRA)
+	// The previous version's state, a hash under the kind "gcra", is
+	// neither read nor written: the key starts full beside it (see
+	// docs/design.md, section 2), and the hash keeps its fields and TTL.
+	old, err := keyNames(l.ks, "old", "gcra")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.HSet(t.Context(), key[0], "t", t0.UnixMicro()+1000, "f", 5e9).Err(); err != nil {
+	if err := c.HSet(t.Context(), old[0], "t", t0.UnixMicro()+1000, "f", 5e9).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.PExpire(t.Context(), key[0], time.Minute).Err(); err != nil {
+	if err := c.PExpire(t.Context(), old[0], time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	run(t, l, "old", row{"state without the rate", hybridlimit.PerSecond(3), []step{
-		{0, 1, true, true, 2, 0, 1001 * us},
+	run(t, l, "old", row{"beside the previous version's hash", hybridlimit.PerSecond(3), []step{
+		{0, 1, true, true, 3, 0, 0},
+		{0, 1, false, true, 2, 0, 333334 * us},
 	}})
+	if f, err := c.HGet(t.Context(), old[0], "f").Result(); err != nil || f != "5000000000" {
+		t.Errorf("the previous version's hash: f = %q, %v; want it untouched", f, err)
+	}
+	if ttl := c.PTTL(t.Context(), old[0]).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("the previous version's hash: PTTL %v, want the minute it was given", ttl)
+	}
+}
+
+// TestGCRATTLCoversState plays admissions, refunds and limit changes on one
+// GCRA key on Redis's own clock and checks, after each, that the key lives
+// at least until its bucket is full again: its PTTL reaches the ResetAfter
+// a peek reports. A write sets the TTL only when the arrival time moves
+// into a later two-second block than the one the TTL was set for, and
+// keeps it otherwise; a write that kept a TTL too short for the state would
+// let the key expire while its bucket is still short, and the next call
+// would find it full.
+func TestGCRATTLCoversState(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Standalone(t)
+	l, err := New(c, GCRA, WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := l.Keys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A token is 1ms or 1.25ms: costs of 100 to 400 move the arrival time
+	// across two-second blocks within a few calls, up to 10s ahead.
+	limits := []hybridlimit.Limit{
+		{Rate: 1000, Period: time.Second, Burst: 10000},
+		{Rate: 800, Period: time.Second, Burst: 8000},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var kept, set int
+	for i := range 200 {
+		limit := limits[rng.IntN(len(limits))]
+		before := c.PTTL(t.Context(), key[0]).Val()
+		cost := 100 + rng.Int64N(301)
+		op := "AllowN"
+		if rng.IntN(4) == 0 {
+			op = "Give"
+			_, err = l.Give(t.Context(), "k", limit, cost)
+		} else {
+			_, err = l.AllowN(t.Context(), "k", limit, cost)
+		}
+		if err != nil {
+			t.Fatalf("op %d: %s: %v", i, op, err)
+		}
+		r, err := l.Peek(t.Context(), "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl := c.PTTL(t.Context(), key[0]).Val()
+		if r.ResetAfter > 0 && ttl < r.ResetAfter {
+			t.Fatalf("op %d: %s %d under %v: PTTL %v, the bucket is full in %v", i, op, cost, limit, ttl, r.ResetAfter)
+		}
+		if before > 0 && ttl > 0 {
+			if ttl <= before {
+				kept++
+			} else {
+				set++
+			}
+		}
+		if i%50 == 49 {
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		}
+	}
+	if kept == 0 || set == 0 {
+		t.Errorf("TTL kept %d times, set %d times: the sequence does not exercise both", kept, set)
+	}
+	t.Logf("TTL kept %d times, set %d times", kept, set)
 }

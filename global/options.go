@@ -35,5 +35,5 @@ func (o prefixOption) apply(c *config) { c.prefix = string(o) }
 // WithPrefix sets the prefix of every key the limiter writes; the default is
 // hybridlimit.DefaultPrefix ("hl:"). It may not contain braces and is at
 // most 64 bytes. With WithPrefix("api:rl:"), a GCRA limit on key "user:42"
-// is stored at "api:rl:{user:42}:gcra".
+// is stored at "api:rl:{user:42}:gcra2".
 func WithPrefix(prefix string) Option { return prefixOption(prefix) }

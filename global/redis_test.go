@@ -77,8 +77,8 @@ func TestKeysShareSlot(t *testing.T) {
 	if a[0] == b[0] {
 		t.Errorf("keys {k} and %%7Bk%%7D both name %q", a[0])
 	}
-	if want := "p:{%7Bk%7D}:gcra"; a[0] != want {
-		t.Errorf("keyNames({k}, gcra) = %q, want %q", a[0], want)
+	if want := "p:{%7Bk%7D}:gcra2"; a[0] != want {
+		t.Errorf("keyNames({k}, gcra2) = %q, want %q", a[0], want)
 	}
 }
 

@@ -3,12 +3,13 @@ package lua
 import (
 	"errors"
 	"math/bits"
+	"strconv"
 )
 
 // maxExact is 2^53: integers up to it are exact in a Lua number.
 const maxExact = 1 << 53
 
-// maxWide is 2^50: the scripts' mul_div (preamble.lua) is exact for
+// maxWide is 2^50: the scripts' mul_div (wide.lua) is exact for
 // divisors and quotients below it, so a period, a burst, a rate and the
 // time an empty bucket takes to fill must be below it.
 const maxWide = 1 << 50
@@ -74,23 +75,25 @@ func (p Params) TokenBucketArgs() ([]any, error) {
 	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, int64(p.Mode)}, nil
 }
 
-// GCRAArgs returns ARGV for GCRA: cost and burst times the emission
-// interval (PeriodUS/Rate), each split into whole microseconds and a
-// remainder in 1/Rate microseconds, computed in 128-bit integers, then the
-// burst and the cost themselves.
+// GCRAArgs returns ARGV for GCRA: the time, the limit as one text
+// "rate period_us burst", the cost and the mode. The script keeps the
+// limit's text beside the state and compares the two as strings, so the
+// usual call, under the limit that wrote the state, converts no more text
+// to numbers than it must.
 func (p Params) GCRAArgs() ([]any, error) {
 	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
 		return nil, ErrParams
 	}
-	incQ, incR, ok := mulDiv(p.Cost, p.PeriodUS, p.Rate)
-	if !ok {
+	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok { // burst*T, the time to fill
 		return nil, ErrParams
 	}
-	tolQ, tolR, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate)
-	if !ok {
-		return nil, ErrParams
-	}
-	return []any{p.Now, p.Rate, p.PeriodUS, incQ, incR, tolQ, tolR, int64(p.Mode), p.Burst, p.Cost}, nil
+	var b [3*20 + 2]byte
+	lim := strconv.AppendInt(b[:0], p.Rate, 10)
+	lim = append(lim, ' ')
+	lim = strconv.AppendInt(lim, p.PeriodUS, 10)
+	lim = append(lim, ' ')
+	lim = strconv.AppendInt(lim, p.Burst, 10)
+	return []any{p.Now, string(lim), p.Cost, int64(p.Mode)}, nil
 }
 
 // WindowArgs returns ARGV for FixedWindow, SlidingWindow and SlidingLog,

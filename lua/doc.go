@@ -4,9 +4,12 @@
 // checked decoder for replies.
 //
 // Each .lua file opens with a header listing its KEYS and ARGV, with units,
-// and the shape of its reply. The helpers every script shares (the clock,
-// exact integer division and products, TTL rounding) live once in
-// preamble.lua, which is prepended to each script before its SHA1 is taken.
+// and the shape of its reply. The helpers scripts share live once each, in
+// clock.lua (the clock), preamble.lua (arguments, exact integer division,
+// TTL rounding), wide.lua (exact products past 2^53) and bucket.lua (the
+// hybrid limiter's bucket); a script is built from the ones it uses, put
+// before its body before its SHA1 is taken, since Redis makes every
+// function of a script again on each run.
 //
 // Time. A script reads the clock with Redis TIME, so every client of a
 // limiter shares one clock, unless the caller passes a positive time in
@@ -20,7 +23,7 @@
 // scaled to integer numerators), and replies are integers, so nothing is
 // lost to rounding or to Redis truncating a Lua number to an integer reply.
 // A product that can pass 2^53, such as burst times period, is divided by
-// the preamble's mul_div, exactly, in 26-bit limbs; Params refuses limits
+// wide.lua's mul_div, exactly, in 26-bit limbs; Params refuses limits
 // whose quotients would reach 2^50, past what mul_div handles.
 //
 // Params builds each script's ARGV from plain integers, so the argument

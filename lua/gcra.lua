@@ -7,32 +7,26 @@
 -- TAT back by c*T, never before now.
 --
 -- T is rarely a whole number of microseconds, so TAT is kept exactly as
--- t + f/rate microseconds, t an integer and 0 <= f < rate, and the Go side
--- passes c*T and burst*T split the same way (computed in 128-bit integers).
--- Every comparison is then between integers: no rounding, whatever the
--- limit.
+-- t + f/rate microseconds, t an integer and 0 <= f < rate, and c*T and
+-- burst*T are split the same way. Every comparison is then between
+-- integers: no rounding, whatever the limit.
 --
--- KEYS[1]  hash {t, f, r, p, b}: TAT = t + f/r microseconds since the Unix
---          epoch; r, p, b the rate, period_us and burst of the limit that
---          wrote them (0 <= f < r)
+-- KEYS[1]  string "t f rate period_us burst": TAT = t + f/rate microseconds
+--          since the Unix epoch (0 <= f < rate), then the limit that wrote
+--          it, as ARGV[2] spelled it
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
--- ARGV[2]  rate: requests per period, integer >= 1
--- ARGV[3]  period_us: the period in microseconds, integer >= 1
--- ARGV[4]  inc_q: floor(cost*period_us / rate), whole microseconds of c*T
--- ARGV[5]  inc_r: (cost*period_us) mod rate, the remainder in 1/rate us
--- ARGV[6]  tol_q: floor(burst*period_us / rate), whole microseconds of burst*T
--- ARGV[7]  tol_r: (burst*period_us) mod rate
--- ARGV[8]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
+-- ARGV[2]  limit: "rate period_us burst", three decimal integers >= 1
+--          separated by single spaces: requests per period, the period in
+--          microseconds, the bucket's capacity
+-- ARGV[3]  cost: integer in [1, burst]
+-- ARGV[4]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
 --          2 = refund the cost
--- ARGV[9]  burst: integer >= 1
--- ARGV[10] cost: integer in [1, burst]
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
 -- refund {given, remaining, 0, reset_after_us}, given being the whole
 -- tokens the bucket was short of, up to cost.
 --
--- remaining = floor((burst*T - (TAT - now)) / T), exact: the product
--- with rate, past 2^53 for large limits, goes through mul_div.
+-- remaining = floor((burst*T - (TAT - now)) / T), exact.
 --
 -- A limit change (the key asked under another rate, period or burst than
 -- the one that wrote it) keeps the tokens the bucket holds at now,
@@ -43,35 +37,105 @@
 -- that call. A TAT more than burst0*T0 ahead (the clock stepped back) is
 -- converted at the instant the bucket was empty, TAT - burst0*T0, as an
 -- empty bucket. A bucket full under the old limit (TAT not ahead of now)
--- is full under the new one, as an absent key is. State without p or b (written before they were kept) keeps
--- its TAT, its fraction rounded up into this rate's units.
+-- is full under the new one, as an absent key is.
 --
--- TTL: TAT - now (when the limiter is idle again), set on every write; a
--- denial under the limit that wrote the state, and a peek, write nothing.
+-- TTL: until TAT rounded up to a whole even second (the end of the
+-- two-second block TAT falls in, counting from the Unix epoch) by the
+-- script's clock. A write sets the TTL (PX) only when that end is later
+-- than the one of the TAT it replaces, which the key's TTL already
+-- reaches, and keeps it (KEEPTTL) otherwise, which costs Redis less: a
+-- key's TTL is set once per block its TAT moves into, so a key used every
+-- half second sets it on one write in four, and an idle key outlives its
+-- state by a second on average. A denial under the limit that wrote the
+-- state, and a peek, write nothing.
+--
+-- Cost. Redis runs three commands a decision (TIME, GET, SET). The script
+-- makes three small functions a run (now_us, wide, md); wide()'s exact
+-- products are made only for a product of 2^52 or more. The limit travels
+-- and is stored as text, so an unchanged limit is one comparison of
+-- strings (Lua interns them); the usual path converts the limit's three
+-- numbers, the cost and the state's two from text, and the state's two
+-- back.
 
 local key = KEYS[1]
 local now = now_us()
-local rate = int_arg(2)
-local period = int_arg(3)
-local inc_q, inc_r = int_arg(4), int_arg(5)
-local tol_q, tol_r = int_arg(6), int_arg(7)
-local mode = ARGV[8]
+local lim = ARGV[2]
+local rs, ps, bs = string.match(lim, '^(%d+) (%d+) (%d+)$')
+if rs == nil then
+  error('ARGV[2] is not a limit: ' .. tostring(lim))
+end
+local rate, period, burst = rs + 0, ps + 0, bs + 0
+local cost = ARGV[3] + 0
+local mode = ARGV[4]
 local peek, refund = mode == '1', mode == '2'
-local burst = int_arg(9)
-local cost = int_arg(10)
 
-local st = redis.call('HMGET', key, 't', 'f', 'r', 'p', 'b')
-local t, f = tonumber(st[1]), tonumber(st[2])
-local r0, p0, b0 = tonumber(st[3]), tonumber(st[4]), tonumber(st[5])
-local fresh = t == nil or f == nil
+local mul_div -- wide()'s, made by md when a product needs it
+
+-- md returns q, r with a*b + c = q*d + r and 0 <= r < d, as mul_div does
+-- and under its conditions. A product below 2^52 is exact, and so are its
+-- sum with c and the sum's floor division by d: % floors the rounded
+-- quotient, which for a dividend below 2^53 never rounds across an
+-- integer. So mul_div is made only for a larger product. The usual path
+-- divides its products below 2^52 in line, as md does, which saves it a
+-- call each.
+local function md(a, b, c, d)
+  local p = a * b
+  if p < two52 then
+    local s = p + c
+    local r = s % d
+    return (s - r) / d, r
+  end
+  if mul_div == nil then
+    mul_div = wide()
+  end
+  return mul_div(a, b, c, d)
+end
+
+-- c*T = inc_q + inc_r/rate and burst*T = tol_q + tol_r/rate microseconds.
+local inc_q, inc_r, tol_q, tol_r
+local p = cost * period
+if p < two52 then
+  inc_r = p % rate
+  inc_q = (p - inc_r) / rate
+else
+  inc_q, inc_r = md(cost, period, 0, rate)
+end
+p = burst * period
+if p < two52 then
+  tol_r = p % rate
+  tol_q = (p - tol_r) / rate
+else
+  tol_q, tol_r = md(burst, period, 0, rate)
+end
+
+local t, f, lim0
+local st = redis.call('GET', key)
+if st then
+  local ts, fs
+  ts, fs, lim0 = string.match(st, '^(%d+) (%d+) (.+)$')
+  if ts then
+    t, f = ts + 0, fs + 0
+  end
+end
+local r0, p0, b0
+if t ~= nil and lim0 ~= lim then
+  local r, p, b = string.match(lim0, '^(%d+) (%d+) (%d+)$')
+  if r then
+    r0, p0, b0 = r + 0, p + 0, b + 0
+  else
+    t = nil
+  end
+end
+local fresh = t == nil
+local held = t -- the t the key holds, whose e (below) its TTL reaches
 local changed = false
 if fresh then
   t, f = now, 0
-elseif r0 ~= nil and p0 ~= nil and b0 ~= nil then
+elseif r0 ~= nil then
   changed = r0 ~= rate or p0 ~= period or b0 ~= burst
   if changed and (t > now or (t == now and f > 0)) then
     -- burst0*T0 in whole microseconds and 1/r0 remainders.
-    local tol_q0, tol_r0 = mul_div(b0, p0, 0, r0)
+    local tol_q0, tol_r0 = md(b0, p0, 0, r0)
     local d = t - now -- TAT - now = d + f/r0 microseconds
     if d > tol_q0 or (d == tol_q0 and f > tol_r0) then
       -- Ahead of an empty bucket: empty at ceil(TAT - burst0*T0).
@@ -83,66 +147,37 @@ elseif r0 ~= nil and p0 ~= nil and b0 ~= nil then
     else
       -- s = sq + sr/p0 tokens short of burst0; the new bucket is short of
       -- k + sr/p0 = s + burst - burst0, at most burst.
-      local sq, sr = mul_div(d, r0, f, p0)
+      local sq, sr = md(d, r0, f, p0)
       local k = sq + burst - b0
       if k < 0 or (k == 0 and sr == 0) then
         t, f = now, 0 -- holds the new burst or more: full
       else
         -- (k*period + ceil(sr*period/p0)) / rate microseconds short of full.
-        local dq, dr = mul_div(k, period, ceil_mul_div(sr, period, 0, p0), rate)
+        local cq, cr = md(sr, period, 0, p0)
+        if cr > 0 then
+          cq = cq + 1
+        end
+        local dq, dr = md(k, period, cq, rate)
         t, f = now + dq, dr
       end
     end
   end
-elseif f > 0 and r0 ~= rate then
-  -- f is in units of 1/r us (the same key asked with another Rate): read in
-  -- this rate's units it could stand for hours. Round it up into them: TAT
-  -- later by less than 1/rate us. State from before r was kept: to the next
-  -- whole microsecond.
-  if r0 == nil then
-    f = rate
-  else
-    f = ceil_mul_div(f, rate, 0, r0)
-  end
-  if f == rate then
-    t, f = t + 1, 0
-  end
-  changed = true
-else
-  changed = r0 ~= rate
 end
 if t < now then
   t, f = now, 0 -- idle: t < now means TAT < now, as f/rate < 1
 end
 
-local function reset_us()
-  local reset = t - now -- ceil(TAT - now); t >= now here
-  if f > 0 then
-    reset = reset + 1
-  end
-  return reset
-end
-
-local function remaining()
-  -- In units of 1/rate us, burst*T - (TAT - now) is x*rate + tol_r - f and
-  -- T is period.
-  local x = tol_q - (t - now)
-  if x < 0 then
-    return 0
-  end
-  return math.max(mul_div(x, rate, tol_r - f, period), 0)
-end
-
-local function save()
-  redis.call('HSET', key, 't', t, 'f', f, 'r', rate, 'p', period, 'b', burst)
-  redis.call('PEXPIRE', key, ttl_ms(reset_us()))
-end
-
+-- The reply's first and third numbers, and whether to write.
+local first, third, write
 if refund then
   -- Whole tokens short of full, ceil((TAT - now) / T), up to the cost.
-  local given = 0
+  first, third, write = 0, 0, false
   if not fresh and (t > now or f > 0) then
-    given = math.min(cost, ceil_mul_div(t - now, rate, f, period))
+    local q, r = md(t - now, rate, f, period)
+    if r > 0 then
+      q = q + 1
+    end
+    first = math.min(cost, q)
     local nt, nf = t - inc_q, f - inc_r
     if nf < 0 then
       nt, nf = nt - 1, nf + rate
@@ -150,32 +185,63 @@ if refund then
     if nt < now then
       nt, nf = now, 0
     end
-    t, f = nt, nf
-    save()
+    t, f, write = nt, nf, true
   end
-  return {given, remaining(), 0, reset_us()}
+else
+  -- The TAT this request would leave behind.
+  local nt, nf = t + inc_q, f + inc_r
+  if nf >= rate then
+    nt, nf = nt + 1, nf - rate
+  end
+  local d = nt - now
+  local allowed = d < tol_q or (d == tol_q and nf <= tol_r)
+  first, third = 0, 0
+  if allowed then
+    first = 1
+    if not peek then
+      t, f = nt, nf
+    end
+  else
+    -- ceil(new TAT - burst*T - now)
+    third = d - tol_q
+    if nf > tol_r then
+      third = third + 1
+    end
+  end
+  write = not peek and (allowed or (changed and not fresh))
 end
 
--- The TAT this request would leave behind.
-local nt, nf = t + inc_q, f + inc_r
-if nf >= rate then
-  nt, nf = nt + 1, nf - rate
-end
-local d = nt - now
-local allowed = d < tol_q or (d == tol_q and nf <= tol_r)
-
-local retry = 0
-if allowed and not peek then
-  t, f = nt, nf
-elseif not allowed then
-  -- ceil(new TAT - burst*T - now)
-  retry = d - tol_q
-  if nf > tol_r then
-    retry = retry + 1
+if write then
+  -- The key lives until e, the end of t's two-second block: TAT =
+  -- t + f/rate < t + 1 <= e. Its TTL reaches the e of held already.
+  local e = t - t % 2000000 + 2000000
+  local v = string.format('%d %d ', t, f) .. lim
+  if not fresh and e <= held - held % 2000000 + 2000000 then
+    redis.call('SET', key, v, 'KEEPTTL')
+  else
+    local left = e - now -- > 0: in ms rounded down plus one, the key outlives e
+    redis.call('SET', key, v, 'PX', string.format('%d', (left - left % 1000) / 1000 + 1))
   end
 end
 
-if not peek and (allowed or (changed and not fresh)) then
-  save()
+local reset = t - now -- ceil(TAT - now); t >= now here
+if f > 0 then
+  reset = reset + 1
 end
-return {allowed and 1 or 0, remaining(), retry, reset_us()}
+-- In units of 1/rate us, burst*T - (TAT - now) is x*rate + tol_r - f and
+-- T is period.
+local remaining = 0
+local x = tol_q - (t - now)
+if x >= 0 then
+  p = x * rate
+  if p < two52 then
+    p = p + tol_r - f
+    remaining = (p - p % period) / period
+  else
+    remaining = md(x, rate, tol_r - f, period)
+  end
+  if remaining < 0 then
+    remaining = 0
+  end
+end
+return {first, remaining, third, reset}

@@ -7,7 +7,7 @@
 -- the count with the limit itself; a key over the limit keeps counting.
 -- Unlike INCRBY followed by EXPIRE in a pipeline, the count and its TTL are
 -- written in one step, so no key is ever left without a TTL. The script
--- stands alone: it needs none of preamble.lua.
+-- stands alone: it needs none of the shared files.
 --
 -- KEYS[1]  string: the window's count, an integer
 -- ARGV[1]  hits: integer in [0, 2^53); 0 reads the count and writes nothing

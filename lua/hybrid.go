@@ -11,20 +11,20 @@ import (
 var (
 	// Sync reconciles a batch of keys with the global buckets, for one
 	// Redis server (or Sentinel's master).
-	Sync = load("sync")
+	Sync = load("sync", clock, preamble, bucket)
 	// SyncCluster is Sync declaring allow-cross-slot-keys, for a cluster:
 	// one call carries the keys of every slot one master serves.
 	SyncCluster = flagged(Sync, "allow-cross-slot-keys")
 	// Presence records a live instance and counts the live ones.
-	Presence = load("presence")
+	Presence = load("presence", clock, preamble)
 	// Reshard moves a split key's parts from one layout to another, one
 	// step on one part per call.
-	Reshard = load("reshard")
+	Reshard = load("reshard", clock, preamble, bucket)
 	// Lock takes and releases a lock one holder at a time may hold.
-	Lock = load("lock")
+	Lock = load("lock", preamble)
 	// SyncReset forgets keys, for the instances that hold them to forget
 	// their allowance at their next message.
-	SyncReset = load("sync_reset")
+	SyncReset = load("sync_reset", clock, preamble)
 )
 
 // ParseLockReply checks a reply of Lock: whether the lock was taken (or

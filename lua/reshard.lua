@@ -5,7 +5,7 @@
 -- markers of the key's default layout to the new one; sync.lua answers a
 -- message to a closed part with the layout its marker names.
 --
--- The bucket is the hash of preamble.lua: its field t holds the GCRA
+-- The bucket is the hash of bucket.lua: its field t holds the GCRA
 -- theoretical arrival time in microseconds (see sync.lua), is absent when
 -- full, or holds a marker "m<shards>.<generation>".
 --

@@ -30,7 +30,7 @@ func NewScript(name, src string) *Script {
 func (s *Script) Name() string { return s.name }
 
 // Source returns the text sent with EVAL: for this package's scripts, the
-// preamble followed by the file's body.
+// shared files it is built from followed by the file's body.
 func (s *Script) Source() string { return s.src }
 
 // Hash returns the hex SHA1 of the script's source, as EVALSHA wants it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,14 +46,45 @@ func TestScriptsCompile(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
 	for _, s := range All() {
-		if !strings.HasSuffix(s.Source(), mustFile(t, s.Name()+".lua")) || !strings.HasPrefix(s.Source(), mustFile(t, "preamble.lua")) {
-			t.Errorf("%s: Source() is not the preamble followed by the file", s.Name())
+		if !strings.HasSuffix(s.Source(), mustFile(t, s.Name()+".lua")) {
+			t.Errorf("%s: Source() does not end with the file", s.Name())
 		}
 		sha, err := c.ScriptLoad(t.Context(), s.Source()).Result()
 		if err != nil {
 			t.Errorf("%s: SCRIPT LOAD: %v", s.Name(), err)
 		} else if sha != s.Hash() {
 			t.Errorf("%s: server SHA1 %s, Hash() %s", s.Name(), sha, s.Hash())
+		}
+	}
+}
+
+// TestScriptsHaveTheirHelpers checks that each script is built from the
+// shared files defining every helper its body calls, and from no file it
+// does not use: a missing helper would fail only when the path calling it
+// runs, and an unused file costs every run the functions it makes.
+func TestScriptsHaveTheirHelpers(t *testing.T) {
+	defined := map[string]string{} // helper -> the shared file defining it
+	for _, file := range []string{clock, preamble, wide, bucket} {
+		for _, m := range regexp.MustCompile(`(?m)^local function (\w+)`).FindAllStringSubmatch(mustFile(t, file+".lua"), -1) {
+			defined[m[1]] = file
+		}
+	}
+	for _, s := range append(All(), Sync, Presence, Reshard, Lock, SyncReset) {
+		body := mustFile(t, s.Name()+".lua")
+		shared := strings.TrimSuffix(s.Source(), body)
+		need := map[string]bool{}
+		for name, file := range defined {
+			if regexp.MustCompile(`\b` + name + `\(`).MatchString(body) {
+				need[file] = true
+				if !strings.Contains(shared, "local function "+name+"(") {
+					t.Errorf("%s calls %s, but is not built from %s.lua", s.Name(), name, file)
+				}
+			}
+		}
+		for _, file := range []string{clock, preamble, wide, bucket} {
+			if strings.Contains(shared, mustFile(t, file+".lua")) && !need[file] {
+				t.Errorf("%s is built from %s.lua, whose helpers it does not call", s.Name(), file)
+			}
 		}
 	}
 }

@@ -10,15 +10,16 @@ var files embed.FS
 
 // The scripts of the limiters. Each file's header gives its KEYS, ARGV and
 // reply; all but ConcurrencyRelease reply in the shape DecodeDecision reads.
+// Each is built from the shared files it uses (see load).
 // They are package variables for convenience: do not reassign them.
 var (
-	TokenBucket        = load("token_bucket")
-	GCRA               = load("gcra")
-	FixedWindow        = load("fixed_window")
-	SlidingWindow      = load("sliding_window")
-	SlidingLog         = load("sliding_log")
-	ConcurrencyAcquire = load("concurrency_acquire")
-	ConcurrencyRelease = load("concurrency_release")
+	TokenBucket        = load("token_bucket", clock, preamble, wide)
+	GCRA               = load("gcra", clock, wide)
+	FixedWindow        = load("fixed_window", clock, preamble)
+	SlidingWindow      = load("sliding_window", clock, preamble, wide)
+	SlidingLog         = load("sliding_log", clock, preamble)
+	ConcurrencyAcquire = load("concurrency_acquire", clock, preamble)
+	ConcurrencyRelease = load("concurrency_release", clock)
 )
 
 // All returns every script of the package, for warming a script cache or
@@ -28,7 +29,8 @@ func All() []*Script {
 }
 
 // File returns the text of an embedded file, such as "gcra.lua", as it is
-// on disk: without the preamble. It is for tests and documentation.
+// on disk: without the shared files put before it. It is for tests and
+// documentation.
 func File(file string) (string, error) {
 	b, err := files.ReadFile(file)
 	return string(b), err
@@ -42,23 +44,36 @@ func flagged(s *Script, flags string) *Script {
 	return NewScript(s.name, "#!lua flags="+flags+"\n"+s.src)
 }
 
-// load builds the Script for name.lua: the preamble followed by the body.
-// The files are compiled into the binary, so a missing one is a build
-// mistake that the package's tests catch; it panics at init rather than
-// shipping a limiter without its script.
-func load(name string) *Script {
-	pre, err := files.ReadFile("preamble.lua")
-	if err != nil {
-		panic("lua: " + err.Error())
-	}
-	body, err := files.ReadFile(name + ".lua")
-	if err != nil {
-		panic("lua: " + err.Error())
-	}
+// The shared files a script may be built from, in the order they must come:
+// each may use the ones before it.
+const (
+	clock    = "clock"    // now_us: the scripts' clock
+	preamble = "preamble" // arguments, exact division, TTLs
+	wide     = "wide"     // wide: exact products past 2^53
+	bucket   = "bucket"   // the hybrid limiter's bucket
+)
+
+// load builds the Script for name.lua: the shared files it names, in order,
+// then the body. A script takes only the files it uses, because Redis makes
+// every function a file defines again on each run of the script. The files
+// are compiled into the binary, so a missing one is a build mistake that
+// the package's tests catch; it panics at init rather than shipping a
+// limiter without its script.
+func load(name string, shared ...string) *Script {
 	var b strings.Builder
-	b.Grow(len(pre) + len(body) + 1)
-	b.Write(pre)
-	b.WriteByte('\n')
-	b.Write(body)
+	for _, part := range shared {
+		b.Write(mustRead(part))
+		b.WriteByte('\n')
+	}
+	b.Write(mustRead(name))
 	return NewScript(name, b.String())
+}
+
+// mustRead returns the embedded file name.lua.
+func mustRead(name string) []byte {
+	src, err := files.ReadFile(name + ".lua")
+	if err != nil {
+		panic("lua: " + err.Error())
+	}
+	return src
 }

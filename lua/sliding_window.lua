@@ -48,6 +48,7 @@
 -- on every write; a denial only lengthens it, when its period is longer
 -- than the last write's (keep_for); a peek writes nothing.
 
+local mul_div, ceil_mul_div = wide()
 local key = KEYS[1]
 local now = now_us()
 local period = int_arg(2)

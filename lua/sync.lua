@@ -56,7 +56,7 @@
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
 -- Then three arguments for each key i, from ARGV[6]:
--- ARGV[3i+3]  global bucket of key i: a hash (see preamble.lua) holding
+-- ARGV[3i+3]  global bucket of key i: a hash (see bucket.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
 --             (l:<id>): "seq epoch total at": the last applied sequence
 --             number, the epoch (first sequence number) of the instance's

@@ -3,7 +3,7 @@
 -- owed them what its failure policy admitted, forgets it at its next
 -- message, which finds its ledger gone and the reset recorded.
 --
--- KEYS[2i-1]  global bucket of key i (a hash: see preamble.lua); a closed
+-- KEYS[2i-1]  global bucket of key i (a hash: see bucket.lua); a closed
 --             part (its field t a marker) is left as it is.
 -- KEYS[2i]    its Optimistic allowances, deleted.
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.

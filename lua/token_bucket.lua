@@ -42,6 +42,7 @@
 -- the TTL, when its limit fills the bucket more slowly than the last
 -- write's (keep_for); a peek writes nothing.
 
+local mul_div, ceil_mul_div = wide()
 local key = KEYS[1]
 local now = now_us()
 local rate = int_arg(2)

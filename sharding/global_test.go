@@ -164,7 +164,7 @@ func TestGlobalSpreadsOverMasters(t *testing.T) {
 	for _, s := range []int{2, 3, 4, 6} {
 		on := make(map[string]bool)
 		for j := range s {
-			name, err := ks.Key(sharding.PartKey("flash-sale", j, s), "gcra")
+			name, err := ks.Key(sharding.PartKey("flash-sale", j, s), "gcra2")
 			if err != nil {
 				t.Fatal(err)
 			}

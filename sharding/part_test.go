@@ -84,7 +84,7 @@ func TestPlaceSpreads(t *testing.T) {
 				if key == "" {
 					continue // an empty key is refused before it is placed
 				}
-				name, err := ks.Key(sharding.PartKey(key, j, s), "gcra")
+				name, err := ks.Key(sharding.PartKey(key, j, s), "gcra2")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,7 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// TestMulDiv checks the preamble's mul_div against math/big over its
+// TestMulDiv checks wide.lua's mul_div against math/big over its
 // whole domain (a, b < 2^52, |c| < 2^52, d < 2^50, |quotient| < 2^50), on
 // a real server and on miniredis: products near 2^52 where it leaves the
 // plain path, the largest operands, and random ones of every size.
@@ -48,11 +48,12 @@ func TestMulDiv(t *testing.T) {
 	for _, c := range cases {
 		args = append(args, c[0], c[1], c[2], c[3])
 	}
-	pre, err := File("preamble.lua")
+	src, err := File("wide.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewScript("mul_div", pre+`
+	s := NewScript("mul_div", src+`
+local mul_div = wide()
 local out = {}
 for i = 1, #ARGV, 4 do
   local q, r = mul_div(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
