@@ -79,6 +79,27 @@ func BenchmarkUberRatelimitTake(b *testing.B) {
 	})
 }
 
+// BenchmarkTimeSince measures one read of the monotonic clock per call, as
+// local.Bucket.Allow makes it (time.Since), on GOMAXPROCS goroutines that
+// share nothing: the floor of any limiter that reads the clock once per
+// decision. An exact token bucket must, whenever it may be full: the state
+// an admission leaves then depends on the instant it was made. x/time/rate
+// and uber ratelimit read it twice a decision (time.Now: wall and
+// monotonic).
+func BenchmarkTimeSince(b *testing.B) {
+	base := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var sum time.Duration
+		for pb.Next() {
+			sum += time.Since(base)
+		}
+		if sum < 0 {
+			b.Error("the monotonic clock went back")
+		}
+	})
+}
+
 // BenchmarkLocalTableAllow measures local.Table.Allow over keys drawn
 // uniformly from a table holding them all, so that the cost of finding a
 // key that is not in the CPU cache shows, and reports the heap bytes the
