@@ -40,8 +40,12 @@ type Result struct {
 	// (setup and teardown excluded), at the client: see Counter.
 	RedisCmds            int64   `json:"redis_cmds"`
 	RedisCmdsPerDecision float64 `json:"redis_cmds_per_decision"`
-	// HottestSlotShare is the busiest hash slot's share of RedisCmds.
+	// HottestSlotShare is the busiest hash slot's share of the key
+	// messages Redis ran (Counter.HottestSlotShare).
 	HottestSlotShare float64 `json:"hottest_slot_share"`
+	// FetchCmds counts the commands of the rounds that decisions out of
+	// allowance waited for (a synced strategy in virtual mode; else 0).
+	FetchCmds int64 `json:"fetch_cmds"`
 	// Live mode only; null in virtual mode.
 	DecisionsPerSec *float64 `json:"decisions_per_sec"`
 	DecisionP50NS   *int64   `json:"decision_p50_ns"`
@@ -123,7 +127,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 var csvHeader = []string{
 	"strategy", "sync_interval_ms", "instances", "decisions", "admitted", "oracle_admitted",
 	"overshoot_ratio", "undershoot_ratio", "worst_window_overshoot_ratio",
-	"redis_cmds", "redis_cmds_per_decision", "hottest_slot_share",
+	"redis_cmds", "redis_cmds_per_decision", "hottest_slot_share", "fetch_cmds",
 	"decisions_per_sec", "decision_p50_ns", "decision_p99_ns", "redis_cpu_ns_per_decision",
 }
 
@@ -139,7 +143,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			string(r.Strategy), optFloat(r.SyncIntervalMS), strconv.Itoa(r.Instances),
 			i64(r.Decisions), i64(r.Admitted), i64(r.OracleAdmitted),
 			f64(r.OvershootRatio), f64(r.UndershootRatio), f64(r.WorstWindowOvershootRatio),
-			i64(r.RedisCmds), f64(r.RedisCmdsPerDecision), f64(r.HottestSlotShare),
+			i64(r.RedisCmds), f64(r.RedisCmdsPerDecision), f64(r.HottestSlotShare), i64(r.FetchCmds),
 			optFloat(r.DecisionsPerSec), optInt(r.DecisionP50NS), optInt(r.DecisionP99NS), optFloat(r.RedisCPUPerDecisionNS),
 		}
 		if err := cw.Write(row); err != nil {

@@ -169,7 +169,7 @@ func WriteScaleTable(w io.Writer, scaled []Scaled) error {
 			one := s.OneServer.Results[i]
 			fetches := "-"
 			if r.Strategy.Synced() && r.RedisCmds > 0 {
-				fetches = pct(float64(r.Diag.Phases[PhaseDecision]) / float64(r.RedisCmds))
+				fetches = pct(float64(r.FetchCmds) / float64(r.RedisCmds))
 			}
 			fmt.Fprintf(tw, "x%s\t%.0f\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%.4f\t%s\t%d\t%.4f\t\n",
 				strconv.FormatFloat(s.Scale, 'g', -1, 64), s.Rate, s.Limit, r.Label(), r.Decisions,

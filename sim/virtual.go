@@ -235,6 +235,9 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	}
 	res := newResult(r, s.sc.Instances, Measure(s.reqs, s.sc.Keys, s.sc.Limit, admitted, s.oracle), counter)
 	diag.Phases = counter.ByPhase()
+	if r.strategy.Synced() {
+		res.FetchCmds = diag.Phases[PhaseDecision]
+	}
 	if s.detail {
 		diag.KeyCommands = counter.KeyCommands()
 		diag.KeyMessages = counter.Messages()

@@ -166,6 +166,9 @@ type data struct {
 	HighRate   SimRun
 	HighRateSA SimRun
 	Diag       SimRun // -diag of reserve at 200 ms: its stderr
+	// Scale and ScaleTick: -scale 1,10,100, by default and with the
+	// fetch linger a quarter interval.
+	Scale, ScaleTick ScaleRun
 
 	LiveOne, LiveEight SimRun
 
@@ -224,6 +227,27 @@ type SimRun struct {
 	Report *sim.Report
 	Output string // the table as printed (default run), or -diag's stderr
 	Took   string
+}
+
+// ScaleRun is one cmd/sim -scale run.
+type ScaleRun struct {
+	Cmd    string
+	Scaled []sim.Scaled
+	Took   string
+}
+
+// scaleJSON runs cmd/sim -scale with args and -json.
+func (r *runner) scaleJSON(shown string) (ScaleRun, error) {
+	t := time.Now()
+	out, err := r.exec(nil, r.sim, append(strings.Fields(shown), "-json", "-q")...)
+	if err != nil {
+		return ScaleRun{}, err
+	}
+	var s []sim.Scaled
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		return ScaleRun{}, fmt.Errorf("sim %s: %w", shown, err)
+	}
+	return ScaleRun{Cmd: "go run ./cmd/sim " + shown, Scaled: s, Took: since(t)}, nil
 }
 
 // Row returns the result of strategy at interval ("" for exact, local).
@@ -297,7 +321,11 @@ func (r *runner) simulate(d *data, svg string) error {
 		return fmt.Errorf("sim %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	d.Diag = SimRun{Cmd: "go run ./cmd/sim -strategies reserve -sync 200ms -diag", Output: strings.TrimSpace(stderr.String())}
-	return nil
+	if d.Scale, err = r.scaleJSON("-scale 1,10,100"); err != nil {
+		return err
+	}
+	d.ScaleTick, err = r.scaleJSON("-scale 1,10,100 -strategies reserve -linger 50ms")
+	return err
 }
 
 // readCSV reads the report cmd/sim -csv writes: the fields the figures

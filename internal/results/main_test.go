@@ -109,9 +109,20 @@ func TestPageRenders(t *testing.T) {
 		res(sim.Reserve, 100), res(sim.Reserve, 200), res(sim.Reserve, 1000),
 	}}, Output: "the table"}
 	live := SimRun{Cmd: "go run ./cmd/sim -live", Report: &sim.Report{Mode: "live"}}
-	for _, r := range []sim.Result{res(sim.Exact, 0), res(sim.Optimistic, 200), res(sim.Reserve, 200)} {
+	for k, r := range []sim.Result{res(sim.Exact, 0), res(sim.Optimistic, 200), res(sim.Reserve, 200)} {
 		r.DecisionsPerSec, r.DecisionP50NS, r.DecisionP99NS = f(2.5e6), i(400), i(1200)
+		r.RedisCPUPerDecisionNS = f([]float64{45600, 7000, 293}[k])
 		live.Report.Results = append(live.Report.Results, r)
+	}
+	scale := ScaleRun{Cmd: "go run ./cmd/sim -scale 1,100"}
+	for k, f := range []float64{1, 100} {
+		rep := func(cmds int64) *sim.Report {
+			r := res(sim.Reserve, 200)
+			r.RedisCmds, r.FetchCmds, r.RedisCmdsPerDecision = cmds, cmds/2, float64(cmds)/(48000*f)
+			return &sim.Report{Results: []sim.Result{r}}
+		}
+		scale.Scaled = append(scale.Scaled, sim.Scaled{Scale: f, Rate: 6000 * f, Limit: 100 * int64(f),
+			Cluster: rep(12000 - 1000*int64(k)), OneServer: rep(6000)})
 	}
 	benches := BenchRun{Cmd: "go test -bench 'A|B'", Results: parseBench(benchOut + `
 BenchmarkBucketAllow/admit=all-2 	1000	30 ns/op
@@ -123,7 +134,7 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		HighRate: virtual, HighRateSA: virtual, Diag: virtual, LiveOne: live, LiveEight: live,
 		Tests:   []TestRun{{Title: "a test", Cmd: "go test", Log: "--- PASS: TestX (1s)"}},
 		HotPath: benches, DenyEmpty: benches, LocalBucket: benches, LocalTable: benches, Steady: benches,
-		SyncRound: benches, RedisMem: benches,
+		SyncRound: benches, RedisMem: benches, Scale: scale, ScaleTick: scale,
 	}
 	var page, head bytes.Buffer
 	if err := pageTmpl.Execute(&page, d); err != nil {
@@ -139,6 +150,9 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		"Reserve 2.50M, exact 2.50M (1.0x)",
 		"(50ms and 100ms here)",
 		"| LimiterAllow/striped=true | 3 | 14.2 (13-15) |",
+		"| x100 | 600000 | 10000 | reserve 200ms | 0.10% | 0.00% | 0.00% | 0.0023 | 50.00% | 0.0013 |",
+		"from 12000 to 11000 as a\ncluster",
+		"293ns against 45.6µs (1/156)",
 	} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %q:\n%s", want, page.String())

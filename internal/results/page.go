@@ -22,11 +22,13 @@ const lowLimitTokens = 2
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"row":          func(s SimRun, strategy, interval string) (sim.Result, error) { return s.Row(strategy, interval) },
 	"pct":          pct,
-	"cmds":         func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) },
+	"cmds":         func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) },
 	"maxOver":      maxOver,
 	"lowTokens":    func() int { return lowLimitTokens },
 	"lowIntervals": lowIntervals,
 	"simTable":     simTable,
+	"scaleTable":   scaleTable,
+	"scaled":       scaled,
 	"liveTable":    liveTable,
 	"benches": func(d *data) []BenchRun {
 		return []BenchRun{d.HotPath, d.DenyEmpty, d.LocalBucket, d.LocalTable, d.Steady, d.SyncRound, d.RedisMem}
@@ -37,10 +39,12 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 		m, err := b.Median(unit)
 		return num(m), err
 	},
-	"perSec":  perSec,
-	"speedup": speedup,
-	"p99":     func(r sim.Result) (string, error) { return latency(r.DecisionP99NS, r) },
-	"cell":    cell,
+	"perSec":   perSec,
+	"redisCPU": redisCPU,
+	"cpuRatio": cpuRatio,
+	"speedup":  speedup,
+	"p99":      func(r sim.Result) (string, error) { return latency(r.DecisionP99NS, r) },
+	"cell":     cell,
 }).Parse(pageText))
 
 // pct prints a ratio in percent to two decimals; a positive ratio too
@@ -108,11 +112,54 @@ func simTable(s SimRun) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// scaleTable renders a -scale run as a markdown table: a row per scale and
+// strategy, the accuracy of the cluster model and the commands per
+// decision as a cluster and on one server.
+func scaleTable(s ScaleRun) string {
+	var b strings.Builder
+	b.WriteString("| scale | requests/s | limit/s | strategy | overshoot | undershoot | worst window | cmds/decision, cluster | of them fetches | cmds/decision, one server |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, sc := range s.Scaled {
+		for i, r := range sc.Cluster.Results {
+			one := sc.OneServer.Results[i]
+			fetches := "-"
+			if r.Strategy.Synced() && r.RedisCmds > 0 {
+				fetches = pct(float64(r.FetchCmds) / float64(r.RedisCmds))
+			}
+			fmt.Fprintf(&b, "| x%s | %s | %d | %s | %s | %s | %s | %.4f | %s | %.4f |\n", num(sc.Scale), num(sc.Rate), sc.Limit,
+				r.Label(), pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
+				r.RedisCmdsPerDecision, fetches, one.RedisCmdsPerDecision)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// scaled returns the result of strategy at the scale-th scale of s, as a
+// cluster or on one server.
+func scaled(s ScaleRun, i int, label string, oneServer bool) (sim.Result, error) {
+	if i < 0 {
+		i += len(s.Scaled)
+	}
+	if i < 0 || i >= len(s.Scaled) {
+		return sim.Result{}, fmt.Errorf("%s: no scale %d", s.Cmd, i)
+	}
+	rep := s.Scaled[i].Cluster
+	if oneServer {
+		rep = s.Scaled[i].OneServer
+	}
+	for _, r := range rep.Results {
+		if r.Label() == label {
+			return r, nil
+		}
+	}
+	return sim.Result{}, fmt.Errorf("%s: no %s at scale %d", s.Cmd, label, i)
+}
+
 // liveTable renders a live run's results as a markdown table.
 func liveTable(s SimRun) (string, error) {
 	var b strings.Builder
-	b.WriteString("| strategy | sync | decisions/s | p50 | p99 | overshoot | undershoot | worst window | cmds/decision |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| strategy | sync | decisions/s | p50 | p99 | overshoot | undershoot | worst window | cmds/decision | Redis CPU/decision |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Report.Results {
 		rate, err := perSec(r)
 		if err != nil {
@@ -126,10 +173,34 @@ func liveTable(s SimRun) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n", r.Strategy, interval(r), rate, p50, p99,
-			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision)
+		cpu, err := redisCPU(r)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f | %s |\n", r.Strategy, interval(r), rate, p50, p99,
+			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision, cpu)
 	}
 	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+// redisCPU prints a live result's Redis CPU per decision: 293ns, 45.6µs.
+func redisCPU(r sim.Result) (string, error) {
+	if r.RedisCPUPerDecisionNS == nil {
+		return "", fmt.Errorf("%s: no Redis CPU (not a live run?)", r.Label())
+	}
+	d, unit := time.Duration(*r.RedisCPUPerDecisionNS), time.Duration(1)
+	for d/unit >= 1000 { // three significant figures
+		unit *= 10
+	}
+	return d.Round(unit).String(), nil
+}
+
+// cpuRatio prints how many times less Redis CPU a decides than b: "1/156".
+func cpuRatio(a, b sim.Result) (string, error) {
+	if a.RedisCPUPerDecisionNS == nil || b.RedisCPUPerDecisionNS == nil || *a.RedisCPUPerDecisionNS <= 0 {
+		return "", fmt.Errorf("%s, %s: no Redis CPU to compare", a.Label(), b.Label())
+	}
+	return fmt.Sprintf("1/%.0f", *b.RedisCPUPerDecisionNS / *a.RedisCPUPerDecisionNS), nil
 }
 
 // perSec prints a live result's decisions a second: 2.39M, 33.1k.
