@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -69,7 +70,9 @@ func TestWriteCSV(t *testing.T) {
 	if len(rows) != 4 || strings.Join(rows[0], ",") != strings.Join(csvHeader, ",") {
 		t.Fatalf("CSV = %q", rows)
 	}
-	if rows[1][1] != "" || rows[2][1] != "200" || rows[2][6] != "0.001" || rows[3][12] != "2.5e+06" {
+	col := func(row int, name string) string { return rows[row][slices.Index(csvHeader, name)] }
+	if col(1, "sync_interval_ms") != "" || col(2, "sync_interval_ms") != "200" ||
+		col(2, "overshoot_ratio") != "0.001" || col(3, "decisions_per_sec") != "2.5e+06" {
 		t.Errorf("CSV rows = %q", rows[1:])
 	}
 }
