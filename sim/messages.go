@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // MsgKind says what one key's message in a call of the hybrid limiter's
@@ -50,8 +50,8 @@ func syncCall(args []any) (argv []any, buckets []string) {
 	name := strings.ToLower(asString(args[0]))
 	body := asString(args[1])
 	switch {
-	case name == "evalsha" && (body == lua.Sync.Hash() || body == lua.SyncCluster.Hash()):
-	case name == "eval" && (body == lua.Sync.Source() || body == lua.SyncCluster.Source()):
+	case name == "evalsha" && (body == scripts.Sync.Hash() || body == scripts.SyncCluster.Hash()):
+	case name == "eval" && (body == scripts.Sync.Source() || body == scripts.SyncCluster.Source()):
 	default:
 		return nil, nil
 	}
@@ -60,10 +60,10 @@ func syncCall(args []any) (argv []any, buckets []string) {
 		return nil, nil
 	}
 	argv = args[3+nkeys:]
-	if len(argv) < lua.SyncHeaderArgs || (len(argv)-lua.SyncHeaderArgs)%lua.SyncKeyArgs != 0 {
+	if len(argv) < scripts.SyncHeaderArgs || (len(argv)-scripts.SyncHeaderArgs)%scripts.SyncKeyArgs != 0 {
 		return nil, nil
 	}
-	for i := lua.SyncHeaderArgs; i < len(argv); i += lua.SyncKeyArgs {
+	for i := scripts.SyncHeaderArgs; i < len(argv); i += scripts.SyncKeyArgs {
 		buckets = append(buckets, asString(argv[i]))
 	}
 	return argv, buckets
@@ -90,11 +90,11 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 	if cmd.Err() != nil {
 		return nil, nil
 	}
-	replies := make([]lua.SyncReply, n)
-	if lua.ParseSyncReplies(val, replies) != nil {
+	replies := make([]scripts.SyncReply, n)
+	if scripts.ParseSyncReplies(val, replies) != nil {
 		return nil, nil
 	}
-	reserve := lua.SyncMode(asString(argv[2])) == lua.ModeReserve
+	reserve := scripts.SyncMode(asString(argv[2])) == scripts.ModeReserve
 	for i := range n {
 		if replies[i].Elsewhere {
 			return nil, nil // not in this model: one server serves every slot
@@ -103,7 +103,7 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 			kinds = append(kinds, MsgReport)
 			continue
 		}
-		m, err := lua.ParseSyncMsg(asString(argv[lua.SyncHeaderArgs+i*lua.SyncKeyArgs+2]))
+		m, err := scripts.ParseSyncMsg(asString(argv[scripts.SyncHeaderArgs+i*scripts.SyncKeyArgs+2]))
 		base, value := m.Base, m.Value
 		total := replies[i].Total
 		switch {
