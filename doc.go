@@ -8,7 +8,7 @@
 //   - local: an in-process token bucket and a keyed table of them;
 //   - global: exact limiters, one atomic Redis script per decision;
 //   - sync: the hybrid limiter, local allowance reconciled with Redis in the background;
-//   - lua: the Redis scripts, embedded, with one checked reply decoder.
+//   - lua: the Redis scripts they run, embedded, to read or audit.
 //
 // This package imports none of them, so each can depend on it without a cycle.
 package hybridlimit

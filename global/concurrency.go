@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // ConcurrencyLimit bounds work in flight: at most MaxInFlight leases held at
@@ -140,7 +140,7 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 		id = rand.Text()
 	}
 	ttl := ceilMicros(limit.LeaseTTL)
-	args, err := lua.ConcurrencyArgs(nowUS, limit.MaxInFlight, ttl, id, peek)
+	args, err := scripts.ConcurrencyArgs(nowUS, limit.MaxInFlight, ttl, id, peek)
 	if err != nil {
 		return Lease{}, hybridlimit.Result{}, fmt.Errorf("global: concurrency: %w", err)
 	}
@@ -150,11 +150,11 @@ func (c *Concurrency) acquire(ctx context.Context, nowUS int64, key string, limi
 	if nowUS != 0 {
 		start = time.UnixMicro(nowUS)
 	}
-	reply, err := lua.ConcurrencyAcquire.Run(ctx, c.rdb, keys, args...)
+	reply, err := scripts.ConcurrencyAcquire.Run(ctx, c.rdb, keys, args...)
 	if err != nil {
 		return Lease{}, hybridlimit.Result{}, redisError(ctx, "concurrency", err)
 	}
-	d, err := lua.DecodeDecision(reply)
+	d, err := scripts.DecodeDecision(reply)
 	if err != nil {
 		return Lease{}, hybridlimit.Result{}, fmt.Errorf("global: concurrency: %w", err)
 	}
@@ -218,15 +218,15 @@ func (c *Concurrency) release(ctx context.Context, nowUS int64, lease Lease) (bo
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalidLease, err)
 	}
-	args, err := lua.ReleaseArgs(nowUS, lease.ID)
+	args, err := scripts.ReleaseArgs(nowUS, lease.ID)
 	if err != nil {
 		return false, fmt.Errorf("global: concurrency: %w", err)
 	}
-	reply, err := lua.ConcurrencyRelease.Run(ctx, c.rdb, keys, args...)
+	reply, err := scripts.ConcurrencyRelease.Run(ctx, c.rdb, keys, args...)
 	if err != nil {
 		return false, redisError(ctx, "concurrency", err)
 	}
-	v, err := lua.DecodeInts(reply, 2)
+	v, err := scripts.DecodeInts(reply, 2)
 	if err != nil {
 		return false, fmt.Errorf("global: concurrency: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // TestSlidingWindowRetryAfterClockBack: a call stamped before the start
@@ -186,15 +186,15 @@ func TestFarFutureTimeExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := time.UnixMicro(lua.MaxNow - 1)
+		last := time.UnixMicro(scripts.MaxNow - 1)
 		r, err := l.AllowAt(t.Context(), last, "far", lim, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !r.Allowed || r.Remaining != 0 || r.ResetAfter <= 0 || r.ResetAfter > 2002*us {
-			t.Errorf("%v: AllowAt(lua.MaxNow-1us) on a fresh key = %+v, want admitted, 0 left", alg, r)
+			t.Errorf("%v: AllowAt(scripts.MaxNow-1us) on a fresh key = %+v, want admitted, 0 left", alg, r)
 		}
-		for _, at := range []time.Time{time.UnixMicro(lua.MaxNow), time.UnixMicro(1<<53 - 2)} {
+		for _, at := range []time.Time{time.UnixMicro(scripts.MaxNow), time.UnixMicro(1<<53 - 2)} {
 			if _, err := l.AllowAt(t.Context(), at, "far2", lim, 1); !errors.Is(err, ErrInvalidTime) {
 				t.Errorf("%v: AllowAt(%d us) = %v, want ErrInvalidTime", alg, at.UnixMicro(), err)
 			}
@@ -204,7 +204,7 @@ func TestFarFutureTimeExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := cc.AcquireAt(t.Context(), time.UnixMicro(lua.MaxNow), "far", ConcurrencyLimit{MaxInFlight: 1, LeaseTTL: time.Second}); !errors.Is(err, ErrInvalidTime) {
-		t.Errorf("Concurrency.AcquireAt(lua.MaxNow) = %v, want ErrInvalidTime", err)
+	if _, _, err := cc.AcquireAt(t.Context(), time.UnixMicro(scripts.MaxNow), "far", ConcurrencyLimit{MaxInFlight: 1, LeaseTTL: time.Second}); !errors.Is(err, ErrInvalidTime) {
+		t.Errorf("Concurrency.AcquireAt(scripts.MaxNow) = %v, want ErrInvalidTime", err)
 	}
 }

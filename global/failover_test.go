@@ -11,7 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // failoverNodeTimeout is the cluster-node-timeout of the private clusters
@@ -113,7 +113,7 @@ func TestFailover(t *testing.T) {
 	}
 	// The replica has never run a script (scripts replicate by their
 	// effects), so the new master meets EVALSHA with NOSCRIPT.
-	if ok, err := replicas[0].Client(t).ScriptExists(t.Context(), lua.GCRA.Hash(), lua.FixedWindow.Hash()).Result(); err != nil || ok[0] || ok[1] {
+	if ok, err := replicas[0].Client(t).ScriptExists(t.Context(), scripts.GCRA.Hash(), scripts.FixedWindow.Hash()).Result(); err != nil || ok[0] || ok[1] {
 		t.Fatalf("SCRIPT EXISTS on the replica = %v, %v; want an empty script cache", ok, err)
 	}
 	var took time.Duration

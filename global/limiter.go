@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // Algorithm selects how a Limiter decides.
@@ -54,7 +54,7 @@ func (a Algorithm) valid() bool { return a >= TokenBucket && a <= SlidingLog }
 
 // ErrInvalidTime is wrapped by the errors of the At methods for a time at
 // or before the Unix epoch, or too far ahead for microseconds to stay exact
-// in Lua once a refill time is added to it (lua.MaxNow, in the year 2219).
+// in Lua once a refill time is added to it (a little after the year 2219).
 var ErrInvalidTime = errors.New("global: invalid time")
 
 // Limiter is an exact rate limiter whose state lives in Redis: each
@@ -102,14 +102,14 @@ func (l *Limiter) Algorithm() Algorithm {
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, 1, lua.Spend)
+	return l.decide(ctx, 0, key, limit, 1, scripts.Spend)
 }
 
 // AllowN decides whether a request of the given cost on key is admitted
 // under limit now, by the Redis clock, and spends the cost if it is. The
 // cost must be in [1, limit.Burst].
 func (l *Limiter) AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, cost, lua.Spend)
+	return l.decide(ctx, 0, key, limit, cost, scripts.Spend)
 }
 
 // AllowAt is AllowN at a time the caller supplies instead of Redis TIME.
@@ -120,12 +120,12 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, limit 
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	return l.decide(ctx, us, key, limit, cost, lua.Spend)
+	return l.decide(ctx, us, key, limit, cost, scripts.Spend)
 }
 
 // Peek is shorthand for PeekN(ctx, key, limit, 1).
 func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, 1, lua.Peek)
+	return l.decide(ctx, 0, key, limit, 1, scripts.Peek)
 }
 
 // PeekN reports what AllowN with this cost would answer now, without
@@ -133,7 +133,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 // admitted, Remaining what is left now, RetryAfter how long until it would
 // be admitted.
 func (l *Limiter) PeekN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	return l.decide(ctx, 0, key, limit, cost, lua.Peek)
+	return l.decide(ctx, 0, key, limit, cost, scripts.Peek)
 }
 
 // PeekAt is PeekN at a time the caller supplies.
@@ -142,7 +142,7 @@ func (l *Limiter) PeekAt(ctx context.Context, now time.Time, key string, limit h
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	return l.decide(ctx, us, key, limit, cost, lua.Peek)
+	return l.decide(ctx, us, key, limit, cost, scripts.Peek)
 }
 
 // Refund gives back cost units that a decision on key under limit took,
@@ -212,7 +212,7 @@ func del(ctx context.Context, rdb hybridlimit.Redis, what string, keys []string)
 	pipe := rdb.Pipeline()
 	pipe.Del(ctx, keys...)
 	_, err := pipe.Exec(ctx)
-	lua.NoteError(rdb, err)
+	scripts.NoteError(rdb, err)
 	if err != nil {
 		return redisError(ctx, what, err)
 	}
@@ -220,11 +220,11 @@ func del(ctx context.Context, rdb hybridlimit.Redis, what string, keys []string)
 }
 
 func (l *Limiter) refund(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64) (int64, error) {
-	reply, err := l.run(ctx, nowUS, key, limit, cost, lua.Refund)
+	reply, err := l.run(ctx, nowUS, key, limit, cost, scripts.Refund)
 	if err != nil {
 		return 0, err
 	}
-	r, err := lua.DecodeRefund(reply, cost)
+	r, err := scripts.DecodeRefund(reply, cost)
 	if err != nil {
 		return 0, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
@@ -232,12 +232,12 @@ func (l *Limiter) refund(ctx context.Context, nowUS int64, key string, limit hyb
 }
 
 // decide runs one decision and turns its reply into a Result.
-func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode lua.Mode) (hybridlimit.Result, error) {
+func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode scripts.Mode) (hybridlimit.Result, error) {
 	reply, err := l.run(ctx, nowUS, key, limit, cost, mode)
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	d, err := lua.DecodeDecision(reply)
+	d, err := scripts.DecodeDecision(reply)
 	if err != nil {
 		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
@@ -253,7 +253,7 @@ func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hyb
 
 // run validates, names the keys and runs the algorithm's script in mode,
 // returning its raw reply. nowUS 0 means Redis TIME.
-func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode lua.Mode) (any, error) {
+func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64, mode scripts.Mode) (any, error) {
 	if l == nil || hybridlimit.CheckClient(l.rdb) != nil {
 		return nil, fmt.Errorf("global: %w", hybridlimit.ErrNilClient)
 	}
@@ -263,7 +263,7 @@ func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybrid
 	if err := limit.CheckCost(cost); err != nil {
 		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
-	p := lua.Params{
+	p := scripts.Params{
 		Now:      nowUS,
 		Rate:     limit.Rate,
 		PeriodUS: ceilMicros(limit.Period),
@@ -306,19 +306,19 @@ var algorithmKinds = [...][]string{
 
 // script returns the algorithm's script and the kinds of the keys it
 // touches, which the caller must not modify.
-func (l *Limiter) script() (*lua.Script, []string, error) {
-	var s *lua.Script
+func (l *Limiter) script() (*scripts.Script, []string, error) {
+	var s *scripts.Script
 	switch l.alg {
 	case TokenBucket:
-		s = lua.TokenBucket
+		s = scripts.TokenBucket
 	case GCRA:
-		s = lua.GCRA
+		s = scripts.GCRA
 	case FixedWindow:
-		s = lua.FixedWindow
+		s = scripts.FixedWindow
 	case SlidingWindow:
-		s = lua.SlidingWindow
+		s = scripts.SlidingWindow
 	case SlidingLog:
-		s = lua.SlidingLog
+		s = scripts.SlidingLog
 	default:
 		return nil, nil, fmt.Errorf("unknown algorithm %d", int(l.alg))
 	}
@@ -326,7 +326,7 @@ func (l *Limiter) script() (*lua.Script, []string, error) {
 }
 
 // plan returns the script, keys and arguments of one decision.
-func (l *Limiter) plan(key string, p lua.Params) (*lua.Script, []string, []any, error) {
+func (l *Limiter) plan(key string, p scripts.Params) (*scripts.Script, []string, []any, error) {
 	script, kinds, err := l.script()
 	if err != nil {
 		return nil, nil, nil, err
@@ -377,7 +377,7 @@ func redisError(ctx context.Context, what string, err error) error {
 // positive (0 means Redis TIME to the scripts) and exact in Lua.
 func micros(t time.Time) (int64, error) {
 	us := t.UnixMicro()
-	if us <= 0 || us >= lua.MaxNow {
+	if us <= 0 || us >= scripts.MaxNow {
 		return 0, fmt.Errorf("%w: %v", ErrInvalidTime, t)
 	}
 	return us, nil

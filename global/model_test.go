@@ -300,7 +300,7 @@ var modelLimits = []hybridlimit.Limit{
 // sequences jump the caller's clock by hours between calls a real server
 // sees microseconds apart, and keys that ought to live by the caller's
 // clock would expire by the server's. Real Redis's Lua does the same
-// arithmetic (lua.TestMulDiv).
+// arithmetic (scripts.TestMulDiv).
 func TestScriptsMatchModels(t *testing.T) {
 	redistest.NoLeaks(t)
 	mr := miniredis.RunT(t)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 var algorithms = []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, SlidingLog}
@@ -132,7 +132,7 @@ func flushScripts(t *testing.T, c redis.UniversalClient) {
 	if err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
 	}
-	if ok, err := c.ScriptExists(t.Context(), lua.GCRA.Hash()).Result(); err != nil || ok[0] {
+	if ok, err := c.ScriptExists(t.Context(), scripts.GCRA.Hash()).Result(); err != nil || ok[0] {
 		t.Fatalf("SCRIPT EXISTS after flush = %v, %v", ok, err)
 	}
 }

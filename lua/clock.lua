@@ -1,5 +1,5 @@
--- clock.lua: the scripts' clock. scripts.go puts it before every script
--- that reads the time, and before the other shared files.
+-- clock.lua: the scripts' clock. internal/scripts puts it before every
+-- script that reads the time, and before the other shared files.
 
 -- now_us returns the time in microseconds since the Unix epoch: ARGV[1]
 -- when it is a positive number (a caller-supplied clock, such as the

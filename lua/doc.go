@@ -1,15 +1,15 @@
-// Package lua holds the Redis scripts of the distributed limiters, embedded
-// from the .lua files beside this one, and the two things every caller of a
-// script needs: a Script that survives an emptied script cache, and one
-// checked decoder for replies.
+// Package lua holds the Lua scripts that the limiters of this module run in
+// Redis, embedded in Files, to read or audit; the limiters load them
+// themselves, and a user of the limiters never needs this package.
 //
-// Each .lua file opens with a header listing its KEYS and ARGV, with units,
-// and the shape of its reply. The helpers scripts share live once each, in
-// clock.lua (the clock), preamble.lua (arguments, exact integer division,
-// TTL rounding), wide.lua (exact products past 2^53) and bucket.lua (the
-// hybrid limiter's bucket); a script is built from the ones it uses, put
-// before its body before its SHA1 is taken, since Redis makes every
-// function of a script again on each run.
+// Each file opens with a header listing its KEYS and ARGV, with units, and
+// the shape of its reply. What scripts share lives once, in clock.lua (the
+// clock), preamble.lua (arguments, exact integer division, TTL rounding),
+// wide.lua (exact products past 2^53) and bucket.lua (the hybrid limiter's
+// bucket). The text a limiter sends, and whose SHA1 EVALSHA names, is the
+// shared files a script uses, in that order, followed by its body: a script
+// takes only the ones it uses, since Redis makes every function of a script
+// again on each run.
 //
 // Time. A script reads the clock with Redis TIME, so every client of a
 // limiter shares one clock, unless the caller passes a positive time in
@@ -23,11 +23,23 @@
 // scaled to integer numerators), and replies are integers, so nothing is
 // lost to rounding or to Redis truncating a Lua number to an integer reply.
 // A product that can pass 2^53, such as burst times period, is divided by
-// wide.lua's mul_div, exactly, in 26-bit limbs; Params refuses limits
+// wide.lua's mul_div, exactly, in 26-bit limbs; the limiters refuse limits
 // whose quotients would reach 2^50, past what mul_div handles.
 //
-// Params builds each script's ARGV from plain integers, so the argument
-// order lives next to the scripts. This package knows nothing of its
-// callers and imports nothing else from the module: validating a limit,
-// naming keys and turning a Decision into a Result are the callers' job.
+// The files, by what runs them:
+//
+//	token_bucket.lua         global.TokenBucket: decide, peek or refund a cost
+//	gcra.lua                 global.GCRA: the same, on a theoretical arrival time
+//	fixed_window.lua         global.FixedWindow
+//	sliding_window.lua       global.SlidingWindow
+//	sliding_log.lua          global.SlidingLog
+//	concurrency_acquire.lua  global.Concurrency: take a lease
+//	concurrency_release.lua  global.Concurrency: give a lease back
+//	sync.lua                 sync.Limiter: one round's messages to one Redis node
+//	presence.lua             sync.Limiter: record this instance, count the live ones
+//	reshard.lua              sync.Limiter: one step of moving a split key to a new layout
+//	lock.lua                 sync.Limiter: the lock a reshard holds
+//	sync_reset.lua           sync.Limiter.Reset: forget keys
+//	hit_counter.lua          rls, fixed-window mode: the reference service's counting
+//	clock.lua, preamble.lua, wide.lua, bucket.lua: shared, as above
 package lua

@@ -43,7 +43,7 @@
 -- tolerance of 1e-6 token against float rounding.
 --
 -- On a cluster the call carries the keys of several slots that one master
--- serves (the flagged variant, lua.SyncCluster, declares
+-- serves (the flagged variant, scripts.SyncCluster, declares
 -- allow-cross-slot-keys): it declares one key, which routes it to that
 -- master, and names every key in ARGV. A key whose slot the node does not
 -- serve (the slot moved) is answered "elsewhere" and nothing is written

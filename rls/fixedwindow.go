@@ -13,18 +13,19 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/lua"
 )
 
 // hitCounter is lua/hit_counter.lua: INCRBY and the key's TTL in one step.
 var hitCounter = mustScript("hit_counter")
 
-func mustScript(name string) *lua.Script {
+func mustScript(name string) *scripts.Script {
 	src, err := lua.File(name + ".lua")
 	if err != nil {
 		panic("rls: " + err.Error()) // embedded at build time: a build mistake, caught by the tests
 	}
-	return lua.NewScript(name, src)
+	return scripts.NewScript(name, src)
 }
 
 // fixedBackend counts fixed windows as the reference service does, so its
@@ -149,13 +150,13 @@ func (f *fixedBackend) run(ctx context.Context, ws []*window, args func(*window)
 	counts := make([]uint64, len(ws))
 	for i, cmd := range cmds {
 		reply, err := cmd.Result()
-		if lua.IsNoScript(err) {
+		if scripts.IsNoScript(err) {
 			reply, err = hitCounter.Run(ctx, ws[i].client, []string{ws[i].key}, argv[i]...)
 		}
 		if err != nil {
 			return nil, err
 		}
-		n, err := lua.DecodeInts(reply, 1)
+		n, err := scripts.DecodeInts(reply, 1)
 		if err != nil {
 			return nil, err
 		}

@@ -8,8 +8,8 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 )
 
-// ClassRow is what one class of keys, by demand, cost and got in a run.
-type ClassRow struct {
+// classRow is what one class of keys, by demand, cost and got in a run.
+type classRow struct {
 	// Name says the class's demand relative to the limit, such as
 	// "over the limit" or "1-10% of it".
 	Name             string
@@ -20,7 +20,7 @@ type ClassRow struct {
 	// class: a round's call carrying ten keys counts ten.
 	Messages [phases]int64
 	// Kinds counts the class's sync messages by phase and kind.
-	Kinds MsgCounts
+	Kinds msgCounts
 }
 
 // demandClasses bound the classes, as fractions of the limit's rate.
@@ -34,13 +34,13 @@ var demandClasses = []struct {
 	{"under 1% of it", 0, 0.01},
 }
 
-// Breakdown splits a run's keys into classes by their demand over the run
+// breakdown splits a run's keys into classes by their demand over the run
 // relative to the limit, and sums each class's demand, admissions and the
 // commands and sync messages that carried its keys. The per-key counts come
 // from a run with Config.Detail; without, Messages and Kinds are zero.
-func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
+func breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []classRow {
 	perKey := map[int][phases]int64{}
-	for k, v := range r.Diag.KeyCommands {
+	for k, v := range r.Diag.keyCommands {
 		if i, ok := callerKey(k); ok {
 			m := perKey[i]
 			for p := range m {
@@ -49,8 +49,8 @@ func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 			perKey[i] = m
 		}
 	}
-	kinds := map[int]MsgCounts{}
-	for k, v := range r.Diag.KeyMessages {
+	kinds := map[int]msgCounts{}
+	for k, v := range r.Diag.keyMessages {
 		if i, ok := callerKey(k); ok {
 			m := kinds[i]
 			for p := range m {
@@ -62,11 +62,11 @@ func Breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []ClassRow {
 		}
 	}
 	limitRate := limit.TokensIn(d) // tokens the limit adds over the run
-	rows := make([]ClassRow, len(demandClasses))
+	rows := make([]classRow, len(demandClasses))
 	for i, c := range demandClasses {
 		rows[i].Name = c.name
 	}
-	for _, k := range r.PerKey {
+	for _, k := range r.perKey {
 		if k.Demand == 0 {
 			continue
 		}

@@ -29,17 +29,17 @@ func TestCallerKey(t *testing.T) {
 func TestBreakdown(t *testing.T) {
 	limit := hybridlimit.PerSecond(100)
 	r := Result{
-		PerKey: []KeyCount{{Key: 0, Demand: 500, Admitted: 200, Oracle: 200}, {Key: 1, Demand: 50, Admitted: 50, Oracle: 50}, {Key: 2, Demand: 1, Admitted: 1, Oracle: 1}},
+		perKey: []keyCount{{Key: 0, Demand: 500, Admitted: 200, Oracle: 200}, {Key: 1, Demand: 50, Admitted: 50, Oracle: 50}, {Key: 2, Demand: 1, Admitted: 1, Oracle: 1}},
 		Diag: Diagnostics{
-			KeyCommands: map[string][phases]int64{"sim:{s1.0}:h:k0": {3, 4, 0}, "sim:{s1.0}:a:k0": {3, 4, 0}, "sim:{s2.0}:h:k2": {1, 0, 0}},
-			KeyMessages: map[string]MsgCounts{"sim:{s1.0}:h:k0": {PhaseRound: {MsgGrant: 2, MsgReturn: 1}}},
+			keyCommands: map[string][phases]int64{"sim:{s1.0}:h:k0": {3, 4, 0}, "sim:{s1.0}:a:k0": {3, 4, 0}, "sim:{s2.0}:h:k2": {1, 0, 0}},
+			keyMessages: map[string]msgCounts{"sim:{s1.0}:h:k0": {phaseRound: {msgGrant: 2, msgReturn: 1}}},
 		},
 	}
-	rows := Breakdown(r, limit, 2*time.Second) // the limit adds 200 tokens
+	rows := breakdown(r, limit, 2*time.Second) // the limit adds 200 tokens
 	if rows[0].Keys != 1 || rows[0].Demand != 500 || rows[0].Messages != [phases]int64{3, 4, 0} {
 		t.Errorf("over the limit: %+v", rows[0])
 	}
-	if want := (MsgCounts{PhaseRound: {MsgGrant: 2, MsgReturn: 1}}); rows[0].Kinds != want || rows[3].Kinds != (MsgCounts{}) {
+	if want := (msgCounts{phaseRound: {msgGrant: 2, msgReturn: 1}}); rows[0].Kinds != want || rows[3].Kinds != (msgCounts{}) {
 		t.Errorf("kinds: over the limit %v, want %v; under 1%% %v, want none", rows[0].Kinds, want, rows[3].Kinds)
 	}
 	if rows[1].Keys != 1 || rows[1].Demand != 50 || rows[3].Keys != 1 || rows[3].Messages != [phases]int64{1, 0, 0} {

@@ -21,8 +21,8 @@ type Config struct {
 	// Parallel bounds the virtual runs going at once (default GOMAXPROCS).
 	// Runs share nothing, so the report does not depend on it.
 	Parallel int
-	// Detail counts, for diagnostics, the commands carrying each Redis key
-	// (Result.Diag.KeyCommands). It slows a run a little.
+	// Detail counts, for Report.WriteDiag, the commands and sync messages
+	// carrying each Redis key, in virtual mode. It slows a run a little.
 	Detail bool
 	// Standalone makes virtual mode model one Redis server rather than a
 	// cluster of ModelMasters masters: a sync round sends one script call

@@ -12,73 +12,73 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 )
 
-// Counter counts the Redis commands its clients send, per hash slot of each
-// command's first key, as a go-redis hook (ProcessHook and
+// cmdCounter counts the Redis commands its clients send, per hash slot of
+// each command's first key, as a go-redis hook (ProcessHook and
 // ProcessPipelineHook). It counts at the client, so on a cluster it must
 // hook each node's client (ClusterClient.OnNewNode) to count what every
 // server receives. The commands a client sends on its own, to set up a
 // connection (HELLO, AUTH, CLIENT ...) or follow the slot map (CLUSTER,
 // ASKING), are not counted: they are the client's, not the limiter's.
 //
-// The zero Counter is paused; NewCounter returns one that counts. A
-// Counter is safe for concurrent use.
-type Counter struct {
+// The zero cmdCounter is paused; newCmdCounter returns one that counts. A
+// cmdCounter is safe for concurrent use.
+type cmdCounter struct {
 	mu     stdsync.Mutex
 	on     bool
-	phase  Phase
+	phase  phase
 	total  int64
 	work   int64         // key messages, and keyless commands
 	slots  map[int]int64 // key messages by slot
 	phases [phases]int64
 	keys   map[string]*[phases]int64 // nil unless detailed
-	msgs   map[string]*MsgCounts     // by bucket key; nil unless detailed
+	msgs   map[string]*msgCounts     // by bucket key; nil unless detailed
 }
 
-// Phase says what the limiters were doing when a command was sent, for
+// phase says what the limiters were doing when a command was sent, for
 // diagnostics: the virtual engine sets it around each step.
-type Phase int
+type phase int
 
 // The phases.
 const (
-	// PhaseDecision: inside a decision (an exact script), or a hybrid
+	// phaseDecision: inside a decision (an exact script), or a hybrid
 	// round that decisions out of allowance wait for (a fetch).
-	PhaseDecision Phase = iota
-	// PhaseRound: a background reconcile round no decision waits for.
-	PhaseRound
-	// PhasePresence: the loop's other work: presence, automatic sharding.
-	PhasePresence
+	phaseDecision phase = iota
+	// phaseRound: a background reconcile round no decision waits for.
+	phaseRound
+	// phasePresence: the loop's other work: presence, automatic sharding.
+	phasePresence
 	phases
 )
 
-func (p Phase) String() string {
+func (p phase) String() string {
 	return [...]string{"decision", "round", "presence"}[p]
 }
 
-// NewCounter returns a Counter that counts from the start. With detail, it
-// also counts, per phase, the commands that carry each Redis key, and the
-// sync script's key messages by kind.
-func NewCounter(detail bool) *Counter {
-	c := &Counter{on: true}
+// newCmdCounter returns a cmdCounter that counts from the start. With
+// detail, it also counts, per phase, the commands that carry each Redis
+// key, and the sync script's key messages by kind.
+func newCmdCounter(detail bool) *cmdCounter {
+	c := &cmdCounter{on: true}
 	if detail {
 		c.keys = map[string]*[phases]int64{}
-		c.msgs = map[string]*MsgCounts{}
+		c.msgs = map[string]*msgCounts{}
 	}
 	return c
 }
 
 // SetPhase labels the commands counted from now on.
-func (c *Counter) SetPhase(p Phase) { c.mu.Lock(); c.phase = p; c.mu.Unlock() }
+func (c *cmdCounter) SetPhase(p phase) { c.mu.Lock(); c.phase = p; c.mu.Unlock() }
 
 // ByPhase returns the commands counted in each phase.
-func (c *Counter) ByPhase() [phases]int64 {
+func (c *cmdCounter) ByPhase() [phases]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.phases
 }
 
 // KeyCommands returns, for each Redis key, the commands that carried it in
-// each phase (empty unless the Counter counts in detail).
-func (c *Counter) KeyCommands() map[string][phases]int64 {
+// each phase (empty unless the cmdCounter counts in detail).
+func (c *cmdCounter) KeyCommands() map[string][phases]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(map[string][phases]int64, len(c.keys))
@@ -89,11 +89,11 @@ func (c *Counter) KeyCommands() map[string][phases]int64 {
 }
 
 // Messages returns, for each hybrid key's bucket, its sync messages by
-// phase and kind (empty unless the Counter counts in detail).
-func (c *Counter) Messages() map[string]MsgCounts {
+// phase and kind (empty unless the cmdCounter counts in detail).
+func (c *cmdCounter) Messages() map[string]msgCounts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]MsgCounts, len(c.msgs))
+	out := make(map[string]msgCounts, len(c.msgs))
 	for k, v := range c.msgs {
 		out[k] = *v
 	}
@@ -101,11 +101,11 @@ func (c *Counter) Messages() map[string]MsgCounts {
 }
 
 // Pause stops counting (for setup and teardown traffic); Resume restarts it.
-func (c *Counter) Pause()  { c.mu.Lock(); c.on = false; c.mu.Unlock() }
-func (c *Counter) Resume() { c.mu.Lock(); c.on = true; c.mu.Unlock() }
+func (c *cmdCounter) Pause()  { c.mu.Lock(); c.on = false; c.mu.Unlock() }
+func (c *cmdCounter) Resume() { c.mu.Lock(); c.on = true; c.mu.Unlock() }
 
 // Total returns the commands counted.
-func (c *Counter) Total() int64 {
+func (c *cmdCounter) Total() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total
@@ -116,7 +116,7 @@ func (c *Counter) Total() int64 {
 // for a sync call, which carries many slots' keys) and of the keyless
 // commands, which count in no slot. It is the share of Redis's work that
 // one slot, so one cluster node, cannot shed.
-func (c *Counter) HottestSlotShare() float64 {
+func (c *cmdCounter) HottestSlotShare() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var most int64
@@ -129,7 +129,7 @@ func (c *Counter) HottestSlotShare() float64 {
 	return float64(most) / float64(c.work)
 }
 
-func (c *Counter) count(cmds ...redis.Cmder) {
+func (c *cmdCounter) count(cmds ...redis.Cmder) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.on {
@@ -176,7 +176,7 @@ func (c *Counter) count(cmds ...redis.Cmder) {
 }
 
 // classifyReplies counts the sync messages of commands whose replies are in.
-func (c *Counter) classifyReplies(cmds ...redis.Cmder) {
+func (c *cmdCounter) classifyReplies(cmds ...redis.Cmder) {
 	if c.msgs == nil {
 		return
 	}
@@ -190,7 +190,7 @@ func (c *Counter) classifyReplies(cmds ...redis.Cmder) {
 			for i, b := range buckets {
 				n := c.msgs[b]
 				if n == nil {
-					n = new(MsgCounts)
+					n = new(msgCounts)
 					c.msgs[b] = n
 				}
 				n[c.phase][kinds[i]]++
@@ -274,10 +274,10 @@ func asString(v any) string {
 	return ""
 }
 
-// Hook returns the go-redis hook that feeds the Counter.
-func (c *Counter) Hook() redis.Hook { return counterHook{c} }
+// Hook returns the go-redis hook that feeds the cmdCounter.
+func (c *cmdCounter) Hook() redis.Hook { return counterHook{c} }
 
-type counterHook struct{ c *Counter }
+type counterHook struct{ c *cmdCounter }
 
 func (h counterHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {

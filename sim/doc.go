@@ -8,8 +8,12 @@
 // Strategy (exact, local, optimistic, reserve, reserve-sharded) at each
 // sync interval, and compares every strategy with the oracle: one exact
 // token bucket per key (local.Core) that sees the merged stream in time
-// order. The measures are in measure.go; Report renders them as a table,
-// JSON, CSV or an SVG chart.
+// order. Each Result holds the measures, overshoot, undershoot, the worst
+// window and the Redis commands a decision; Report renders them as a
+// table, JSON, CSV or an SVG chart, and WriteDiag prints what each run's
+// limiters did and which keys it admitted most above and below the oracle.
+// RunScales runs a scenario at several scales of traffic, and
+// WriteScaleTable shows how the Redis cost grows with it.
 //
 // Two modes:
 //
@@ -32,3 +36,21 @@
 // The command line is cmd/sim; docs/results.md says how to read its output
 // and how to choose a sync interval with it.
 package sim
+
+// Where things are:
+//
+//	config.go     Config, DefaultRTT, and the check of a Config
+//	scenario.go   Scenario, the workloads, the arrival stream they generate
+//	strategy.go   the strategies, their options and sync intervals; the runs planned
+//	oracle.go     the oracle: one exact token bucket per key
+//	measure.go    a strategy's admissions against the oracle's
+//	virtual.go    RunVirtual: the discrete-event engine, its clock, Diagnostics
+//	embedded.go   the embedded miniredis of a virtual run; scripting.go its Lua
+//	cluster.go    the cluster virtual mode models on one embedded server
+//	live.go       RunLive: workers against a real Redis; redisload.go its CPU
+//	counter.go    the hook counting Redis commands by slot, phase and key
+//	messages.go   the kinds of the hybrid limiter's sync messages
+//	breakdown.go  keys by class of demand, for WriteDiag
+//	report.go     Report, Result: table, JSON, CSV; svg.go the chart
+//	diag.go       Report.WriteDiag
+//	scale.go      RunScales and its table

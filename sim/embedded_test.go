@@ -43,7 +43,7 @@ func TestEmbeddedRunsScriptsOnVirtualTime(t *testing.T) {
 	c := e.Client(nil)
 	defer c.Close()
 	ctx := context.Background()
-	at := Epoch.Add(1234567 * time.Microsecond)
+	at := epoch.Add(1234567 * time.Microsecond)
 	e.SetTime(at)
 	got, err := c.Eval(ctx, "local t = redis.call('TIME'); return tonumber(t[1]) * 1000000 + tonumber(t[2])", nil).Int64()
 	if err != nil {

@@ -136,7 +136,7 @@ func newClient(t LiveTarget, hook redis.Hook, pool int) redis.UniversalClient {
 	return c
 }
 
-func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger time.Duration, counter *Counter) (*liveRig, error) {
+func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger time.Duration, counter *cmdCounter) (*liveRig, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "sim:" + hex.EncodeToString(b[:]) + ":"
@@ -241,14 +241,14 @@ type liveRec struct {
 
 func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, error) {
 	sc := cfg.Scenario
-	counter := NewCounter(false)
+	counter := newCmdCounter(false)
 	rig, err := newLiveRig(ctx, sc, t, r, cfg.Linger, counter)
 	if err != nil {
 		return Result{}, err
 	}
 	keys := make([]string, sc.Keys)
 	for i := range keys {
-		keys[i] = KeyName(i)
+		keys[i] = keyName(i)
 	}
 	workers := t.Workers * sc.Instances
 	chunks := make([][][]liveRec, workers)
@@ -319,11 +319,11 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		recs[w] = slices.Concat(cs...)
 	}
 	reqs, admitted := mergeRecords(recs)
-	oracle, err := Oracle(reqs, sc.Keys, sc.Limit)
+	oracle, err := runOracle(reqs, sc.Keys, sc.Limit)
 	if err != nil {
 		return Result{}, err
 	}
-	res := newResult(r, sc.Instances, Measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
+	res := newResult(r, sc.Instances, measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
 	rate := float64(len(reqs)) / elapsed.Seconds()
 	res.DecisionsPerSec = &rate
 	if len(reqs) > 0 {
@@ -369,7 +369,7 @@ func newPicker(sc Scenario, worker uint64) func(at int64) (int, int) {
 		}
 	case Flash:
 		// Key 0 has 1/K of the draws until half time, then F/K, a step of
-		// F as in Generate; the others share the rest evenly (a uniform
+		// F as in generate; the others share the rest evenly (a uniform
 		// draw over all keys would add to key 0). A closed loop's draws
 		// are fixed, so the step comes out of the other keys: each drops
 		// from 1/K to (K-F)/(K(K-1)), 75% of before with the defaults,
@@ -392,7 +392,7 @@ func newPicker(sc Scenario, worker uint64) func(at int64) (int, int) {
 
 // mergeRecords merges the workers' records, each in time order, into one
 // stream in time order, with each request's decision.
-func mergeRecords(recs [][]liveRec) ([]Request, []bool) {
+func mergeRecords(recs [][]liveRec) ([]request, []bool) {
 	total := 0
 	h := &recHeap{recs: recs}
 	for w, r := range recs {
@@ -402,12 +402,12 @@ func mergeRecords(recs [][]liveRec) ([]Request, []bool) {
 		}
 	}
 	heap.Init(h)
-	reqs := make([]Request, 0, total)
+	reqs := make([]request, 0, total)
 	admitted := make([]bool, 0, total)
 	for h.Len() > 0 {
 		c := &h.c[0]
 		rec := recs[c.w][c.i]
-		reqs = append(reqs, Request{At: rec.at, Key: rec.key, Inst: int32(rec.inst)})
+		reqs = append(reqs, request{At: rec.at, Key: rec.key, Inst: int32(rec.inst)})
 		admitted = append(admitted, rec.ok)
 		if c.i++; c.i == len(recs[c.w]) {
 			heap.Pop(h)

@@ -123,7 +123,7 @@ func TestLiveStopsOnCancel(t *testing.T) {
 
 // TestLiveFlashStepsUpByFactor checks that key 0's share of a live
 // worker's draws steps up Flash times at half time, from 1/K to F/K, as
-// its demand does in Generate; with F > K it can only take every draw, a
+// its demand does in generate; with F > K it can only take every draw, a
 // step of K.
 func TestLiveFlashStepsUpByFactor(t *testing.T) {
 	def, sm := DefaultScenario(Flash), small(Flash)

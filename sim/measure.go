@@ -7,9 +7,9 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 )
 
-// Accuracy is how a strategy's admissions compare with the oracle's over
+// accuracy is how a strategy's admissions compare with the oracle's over
 // one arrival stream.
-type Accuracy struct {
+type accuracy struct {
 	Decisions      int64
 	Admitted       int64
 	OracleAdmitted int64
@@ -26,23 +26,23 @@ type Accuracy struct {
 	// bound per period, such as 1.9 x Burst at one instant or 1.9 x Rate
 	// sustained; Overshoot counts those.
 	WorstWindow float64
-	// PerKey holds each key's admitted and oracle counts, for diagnostics.
-	PerKey []KeyCount
+	// perKey holds each key's admitted and oracle counts, for diagnostics.
+	perKey []keyCount
 }
 
-// KeyCount is one key's admissions by a strategy and by the oracle.
-type KeyCount struct {
+// keyCount is one key's admissions by a strategy and by the oracle.
+type keyCount struct {
 	Key              int
 	Demand           int64
 	Admitted, Oracle int64
 }
 
-// Measure compares a strategy's decisions with the oracle's, request by
+// measure compares a strategy's decisions with the oracle's, request by
 // request of the same stream (in time order).
-func Measure(reqs []Request, keys int, limit hybridlimit.Limit, admitted, oracle []bool) Accuracy {
-	per := make([]KeyCount, keys)
+func measure(reqs []request, keys int, limit hybridlimit.Limit, admitted, oracle []bool) accuracy {
+	per := make([]keyCount, keys)
 	times := make([][]int64, keys)
-	a := Accuracy{Decisions: int64(len(reqs))}
+	a := accuracy{Decisions: int64(len(reqs))}
 	for i, r := range reqs {
 		k := &per[r.Key]
 		k.Demand++
@@ -59,18 +59,18 @@ func Measure(reqs []Request, keys int, limit hybridlimit.Limit, admitted, oracle
 	for i := range per {
 		per[i].Key = i
 	}
-	a.Overshoot, a.Undershoot = OvershootRatios(per)
+	a.Overshoot, a.Undershoot = overshootRatios(per)
 	for _, ts := range times {
-		a.WorstWindow = max(a.WorstWindow, WorstWindowOvershoot(ts, limit))
+		a.WorstWindow = max(a.WorstWindow, worstWindowOvershoot(ts, limit))
 	}
-	a.PerKey = per
+	a.perKey = per
 	return a
 }
 
-// OvershootRatios returns the sums over keys of max(0, admitted - oracle)
+// overshootRatios returns the sums over keys of max(0, admitted - oracle)
 // and of max(0, oracle - admitted), each divided by the oracle's total
 // (0 when the oracle admitted nothing).
-func OvershootRatios(per []KeyCount) (over, under float64) {
+func overshootRatios(per []keyCount) (over, under float64) {
 	var o, u, total int64
 	for _, k := range per {
 		total += k.Oracle
@@ -86,12 +86,12 @@ func OvershootRatios(per []KeyCount) (over, under float64) {
 	return float64(o) / float64(total), float64(u) / float64(total)
 }
 
-// WorstWindowOvershoot returns, for one key's admission times (sorted, in
+// worstWindowOvershoot returns, for one key's admission times (sorted, in
 // nanoseconds), the largest (n - Burst - Rate) / (Burst + Rate) over closed
 // windows [t, t+Period] holding n admissions, floored at 0. A token bucket
 // holds at most Burst tokens at t and gains Rate by t+Period, so no exact
 // limiter exceeds that bound in any such window.
-func WorstWindowOvershoot(times []int64, limit hybridlimit.Limit) float64 {
+func worstWindowOvershoot(times []int64, limit hybridlimit.Limit) float64 {
 	bound := limit.Burst + limit.Rate
 	if int64(len(times)) <= bound {
 		return 0
@@ -107,16 +107,16 @@ func WorstWindowOvershoot(times []int64, limit hybridlimit.Limit) float64 {
 	return max(0, float64(int64(most)-bound)/float64(bound))
 }
 
-// TopKeys returns the n keys with the largest admitted - oracle (by, > 0
+// topKeys returns the n keys with the largest admitted - oracle (by, > 0
 // for overshoot) or oracle - admitted (by < 0), largest first, ties by key.
-func TopKeys(per []KeyCount, n int, by int) []KeyCount {
-	var out []KeyCount
+func topKeys(per []keyCount, n int, by int) []keyCount {
+	var out []keyCount
 	for _, k := range per {
 		if d := (k.Admitted - k.Oracle) * int64(by); d > 0 {
 			out = append(out, k)
 		}
 	}
-	slices.SortFunc(out, func(a, b KeyCount) int {
+	slices.SortFunc(out, func(a, b keyCount) int {
 		da, db := (a.Admitted-a.Oracle)*int64(by), (b.Admitted-b.Oracle)*int64(by)
 		if c := cmp.Compare(db, da); c != 0 {
 			return c

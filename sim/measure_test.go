@@ -11,21 +11,21 @@ import (
 func TestOvershootRatios(t *testing.T) {
 	tests := []struct {
 		name        string
-		per         []KeyCount
+		per         []keyCount
 		over, under float64
 	}{
-		{"exact", []KeyCount{{Admitted: 10, Oracle: 10}, {Admitted: 5, Oracle: 5}}, 0, 0},
-		{"over on one key", []KeyCount{{Admitted: 12, Oracle: 10}, {Admitted: 10, Oracle: 10}}, 0.1, 0},
-		{"under on one key", []KeyCount{{Admitted: 10, Oracle: 10}, {Admitted: 7, Oracle: 10}}, 0, 0.15},
+		{"exact", []keyCount{{Admitted: 10, Oracle: 10}, {Admitted: 5, Oracle: 5}}, 0, 0},
+		{"over on one key", []keyCount{{Admitted: 12, Oracle: 10}, {Admitted: 10, Oracle: 10}}, 0.1, 0},
+		{"under on one key", []keyCount{{Admitted: 10, Oracle: 10}, {Admitted: 7, Oracle: 10}}, 0, 0.15},
 		// Over on one key does not cancel under on another.
-		{"both", []KeyCount{{Admitted: 14, Oracle: 10}, {Admitted: 6, Oracle: 10}}, 0.2, 0.2},
-		{"oracle admitted nothing", []KeyCount{{Admitted: 3, Oracle: 0}}, 0, 0},
+		{"both", []keyCount{{Admitted: 14, Oracle: 10}, {Admitted: 6, Oracle: 10}}, 0.2, 0.2},
+		{"oracle admitted nothing", []keyCount{{Admitted: 3, Oracle: 0}}, 0, 0},
 		{"no keys", nil, 0, 0},
 	}
 	for _, tt := range tests {
-		over, under := OvershootRatios(tt.per)
+		over, under := overshootRatios(tt.per)
 		if math.Abs(over-tt.over) > 1e-12 || math.Abs(under-tt.under) > 1e-12 {
-			t.Errorf("%s: OvershootRatios = %v, %v, want %v, %v", tt.name, over, under, tt.over, tt.under)
+			t.Errorf("%s: overshootRatios = %v, %v, want %v, %v", tt.name, over, under, tt.over, tt.under)
 		}
 	}
 }
@@ -58,8 +58,8 @@ func TestWorstWindowOvershoot(t *testing.T) {
 		{"worst of two windows", append(times(0, 0, 16), times(10*sec, 0, 18)...), 3.0 / 15},
 	}
 	for _, tt := range tests {
-		if got := WorstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("%s: WorstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
+		if got := worstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: worstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
@@ -82,33 +82,33 @@ func TestWorstWindowReadme(t *testing.T) {
 		{"a steady 190/s for 10s, 1.9x the rate", times(0, sec/190, 1900), 0},
 	}
 	for _, tt := range tests {
-		if got := WorstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("%s: WorstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
+		if got := worstWindowOvershoot(tt.times, limit); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: worstWindowOvershoot = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
 
 func TestMeasure(t *testing.T) {
 	limit := hybridlimit.PerSecond(10).WithBurst(2)
-	reqs := []Request{{At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 1}, {At: ms, Key: 1}, {At: 2 * ms, Key: 1}}
+	reqs := []request{{At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 1}, {At: ms, Key: 1}, {At: 2 * ms, Key: 1}}
 	oracle := []bool{true, true, false, true, true, false}
 	admitted := []bool{true, true, true, true, false, false} // key 0 one over, key 1 one under
-	a := Measure(reqs, 2, limit, admitted, oracle)
+	a := measure(reqs, 2, limit, admitted, oracle)
 	if a.Decisions != 6 || a.Admitted != 4 || a.OracleAdmitted != 4 {
-		t.Errorf("Measure counts = %d, %d, %d, want 6, 4, 4", a.Decisions, a.Admitted, a.OracleAdmitted)
+		t.Errorf("measure counts = %d, %d, %d, want 6, 4, 4", a.Decisions, a.Admitted, a.OracleAdmitted)
 	}
 	if a.Overshoot != 0.25 || a.Undershoot != 0.25 {
-		t.Errorf("Measure ratios = %v over, %v under, want 0.25, 0.25", a.Overshoot, a.Undershoot)
+		t.Errorf("measure ratios = %v over, %v under, want 0.25, 0.25", a.Overshoot, a.Undershoot)
 	}
 	if a.WorstWindow != 0 { // 3 at once against a bound of 2 + 10 per second
-		t.Errorf("Measure worst window = %v, want 0", a.WorstWindow)
+		t.Errorf("measure worst window = %v, want 0", a.WorstWindow)
 	}
-	if k := a.PerKey[0]; k.Demand != 3 || k.Admitted != 3 || k.Oracle != 2 {
+	if k := a.perKey[0]; k.Demand != 3 || k.Admitted != 3 || k.Oracle != 2 {
 		t.Errorf("key 0 = %+v, want demand 3, admitted 3, oracle 2", k)
 	}
-	over := TopKeys(a.PerKey, 5, 1)
-	under := TopKeys(a.PerKey, 5, -1)
+	over := topKeys(a.perKey, 5, 1)
+	under := topKeys(a.perKey, 5, -1)
 	if len(over) != 1 || over[0].Key != 0 || len(under) != 1 || under[0].Key != 1 {
-		t.Errorf("TopKeys = %+v over, %+v under, want key 0 over and key 1 under", over, under)
+		t.Errorf("topKeys = %+v over, %+v under, want key 0 over and key 1 under", over, under)
 	}
 }

@@ -6,39 +6,41 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
-// MsgKind says what one key's message in a call of the hybrid limiter's
+// msgKind says what one key's message in a call of the hybrid limiter's
 // sync script asked of Redis, for diagnostics (Config.Detail).
-type MsgKind int
+type msgKind int
 
 // The kinds. A Reserve message states the total the instance wants to have
 // been granted (value) against the total Redis last acknowledged (base).
 const (
-	// MsgGrant asks for more (value > base) and got at least a token.
-	MsgGrant MsgKind = iota
-	// MsgRefused asks for more and got nothing: the bucket was empty.
-	MsgRefused
-	// MsgReturn hands tokens back (value < base).
-	MsgReturn
-	// MsgRestate states the acknowledged total again (value = base): a
+	// msgGrant asks for more (value > base) and got at least a token.
+	msgGrant msgKind = iota
+	// msgRefused asks for more and got nothing: the bucket was empty.
+	msgRefused
+	// msgReturn hands tokens back (value < base).
+	msgReturn
+	// msgRestate states the acknowledged total again (value = base): a
 	// first sync, a retry, or a key that only wants its bucket's news.
-	MsgRestate
-	// MsgReport is an Optimistic report of consumption.
-	MsgReport
+	msgRestate
+	// msgReport is an Optimistic report of consumption.
+	msgReport
 	msgKinds
 )
 
-// MsgKinds returns the kinds in order, for iterating.
-func MsgKinds() []MsgKind { return []MsgKind{MsgGrant, MsgRefused, MsgReturn, MsgRestate, MsgReport} }
+// allMsgKinds returns the kinds in order, for iterating.
+func allMsgKinds() []msgKind {
+	return []msgKind{msgGrant, msgRefused, msgReturn, msgRestate, msgReport}
+}
 
-func (k MsgKind) String() string {
+func (k msgKind) String() string {
 	return [...]string{"grant", "refused", "return", "restate", "report"}[k]
 }
 
-// MsgCounts counts key messages by phase and kind.
-type MsgCounts [phases][msgKinds]int64
+// msgCounts counts key messages by phase and kind.
+type msgCounts [phases][msgKinds]int64
 
 // syncCall returns, for a call of the hybrid limiter's sync script (either
 // variant, EVALSHA or EVAL), its ARGV and each message's bucket name; nil
@@ -50,8 +52,8 @@ func syncCall(args []any) (argv []any, buckets []string) {
 	name := strings.ToLower(asString(args[0]))
 	body := asString(args[1])
 	switch {
-	case name == "evalsha" && (body == lua.Sync.Hash() || body == lua.SyncCluster.Hash()):
-	case name == "eval" && (body == lua.Sync.Source() || body == lua.SyncCluster.Source()):
+	case name == "evalsha" && (body == scripts.Sync.Hash() || body == scripts.SyncCluster.Hash()):
+	case name == "eval" && (body == scripts.Sync.Source() || body == scripts.SyncCluster.Source()):
 	default:
 		return nil, nil
 	}
@@ -60,10 +62,10 @@ func syncCall(args []any) (argv []any, buckets []string) {
 		return nil, nil
 	}
 	argv = args[3+nkeys:]
-	if len(argv) < lua.SyncHeaderArgs || (len(argv)-lua.SyncHeaderArgs)%lua.SyncKeyArgs != 0 {
+	if len(argv) < scripts.SyncHeaderArgs || (len(argv)-scripts.SyncHeaderArgs)%scripts.SyncKeyArgs != 0 {
 		return nil, nil
 	}
-	for i := lua.SyncHeaderArgs; i < len(argv); i += lua.SyncKeyArgs {
+	for i := scripts.SyncHeaderArgs; i < len(argv); i += scripts.SyncKeyArgs {
 		buckets = append(buckets, asString(argv[i]))
 	}
 	return argv, buckets
@@ -72,7 +74,7 @@ func syncCall(args []any) (argv []any, buckets []string) {
 // classify returns, for a call of the sync script and its reply, each
 // message's bucket key and kind; nil for any other command, or a call
 // whose reply is not there (an error).
-func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
+func classify(cmd redis.Cmder) (buckets []string, kinds []msgKind) {
 	argv, buckets := syncCall(cmd.Args())
 	if buckets == nil {
 		return nil, nil
@@ -90,33 +92,33 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []MsgKind) {
 	if cmd.Err() != nil {
 		return nil, nil
 	}
-	replies := make([]lua.SyncReply, n)
-	if lua.ParseSyncReplies(val, replies) != nil {
+	replies := make([]scripts.SyncReply, n)
+	if scripts.ParseSyncReplies(val, replies) != nil {
 		return nil, nil
 	}
-	reserve := lua.SyncMode(asString(argv[2])) == lua.ModeReserve
+	reserve := scripts.SyncMode(asString(argv[2])) == scripts.ModeReserve
 	for i := range n {
 		if replies[i].Elsewhere {
 			return nil, nil // not in this model: one server serves every slot
 		}
 		if !reserve {
-			kinds = append(kinds, MsgReport)
+			kinds = append(kinds, msgReport)
 			continue
 		}
-		m, err := lua.ParseSyncMsg(asString(argv[lua.SyncHeaderArgs+i*lua.SyncKeyArgs+2]))
+		m, err := scripts.ParseSyncMsg(asString(argv[scripts.SyncHeaderArgs+i*scripts.SyncKeyArgs+2]))
 		base, value := m.Base, m.Value
 		total := replies[i].Total
 		switch {
 		case err != nil:
 			return nil, nil
 		case value > base && total > base:
-			kinds = append(kinds, MsgGrant)
+			kinds = append(kinds, msgGrant)
 		case value > base:
-			kinds = append(kinds, MsgRefused)
+			kinds = append(kinds, msgRefused)
 		case value < base:
-			kinds = append(kinds, MsgReturn)
+			kinds = append(kinds, msgReturn)
 		default:
-			kinds = append(kinds, MsgRestate)
+			kinds = append(kinds, msgRestate)
 		}
 	}
 	return buckets, kinds

@@ -23,7 +23,7 @@ func TestMessageKinds(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		var byKind [msgKinds]int64
-		for _, m := range r.Diag.KeyMessages {
+		for _, m := range r.Diag.keyMessages {
 			for p := range m {
 				for k, n := range m[p] {
 					byKind[k] += n
@@ -38,10 +38,10 @@ func TestMessageKinds(t *testing.T) {
 		if total != int64(r.Diag.Messages) || total == 0 {
 			t.Errorf("%s: %d messages classified, limiters sent %d", r.Label(), total, r.Diag.Messages)
 		}
-		if reports := byKind[MsgReport]; (r.Strategy == Optimistic) != (reports == total) {
+		if reports := byKind[msgReport]; (r.Strategy == Optimistic) != (reports == total) {
 			t.Errorf("%s: %d of %d messages are reports", r.Label(), reports, total)
 		}
-		if r.Strategy == Reserve && byKind[MsgGrant] == 0 {
+		if r.Strategy == Reserve && byKind[msgGrant] == 0 {
 			t.Errorf("%s: no grants among %v", r.Label(), byKind)
 		}
 	}

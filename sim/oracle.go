@@ -7,12 +7,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Oracle returns, for each request of a stream in time order, whether one
+// runOracle returns, for each request of a stream in time order, whether one
 // exact token bucket per key (local.Core, the pure core every local bucket
 // runs) admits it when it sees the whole merged stream, at the same times
 // and costs. It is the reference every strategy is measured against: what
 // a single, perfectly informed limiter would have admitted.
-func Oracle(reqs []Request, keys int, limit hybridlimit.Limit) ([]bool, error) {
+func runOracle(reqs []request, keys int, limit hybridlimit.Limit) ([]bool, error) {
 	cores := make([]local.Core, keys)
 	made := make([]bool, keys)
 	out := make([]bool, len(reqs))

@@ -22,7 +22,7 @@ type Report struct {
 
 // Result is one strategy at one sync interval. Ratios are rounded to six
 // decimals so that a report is stable to print and compare, a nonzero
-// ratio to at least 1e-6 (see round6).
+// ratio to at least 1e-6, so that it never reads 0.
 type Result struct {
 	Strategy Strategy `json:"strategy"`
 	// SyncIntervalMS is null for strategies that do not sync (exact, local),
@@ -32,16 +32,29 @@ type Result struct {
 	Decisions      int64    `json:"decisions"`
 	Admitted       int64    `json:"admitted"`
 	OracleAdmitted int64    `json:"oracle_admitted"`
-	// OvershootRatio and UndershootRatio: see Accuracy.
+	// OvershootRatio is the sum over keys of the admissions above the
+	// oracle's, max(0, admitted - oracle), divided by the oracle's total:
+	// the share of admissions an exact limiter would have refused.
+	// UndershootRatio is the same the other way: false rejections.
+	// WorstWindowOvershootRatio is the largest excess, over keys and over
+	// closed windows of one period, of the admissions above what a token
+	// bucket can ever admit in such a window (Burst + Rate), relative to
+	// that bound; 0 when no window exceeds it. It is blind to excess that
+	// stays within that bound per period, such as 1.9 x Burst at one
+	// instant or 1.9 x Rate sustained; OvershootRatio counts those.
 	OvershootRatio            float64 `json:"overshoot_ratio"`
 	UndershootRatio           float64 `json:"undershoot_ratio"`
 	WorstWindowOvershootRatio float64 `json:"worst_window_overshoot_ratio"`
 	// RedisCmds counts the commands the strategy sent while deciding
-	// (setup and teardown excluded), at the client: see Counter.
+	// (setup and teardown excluded), as the clients sent them: not the
+	// commands a client sends on its own to set up a connection or follow
+	// the slot map.
 	RedisCmds            int64   `json:"redis_cmds"`
 	RedisCmdsPerDecision float64 `json:"redis_cmds_per_decision"`
 	// HottestSlotShare is the busiest hash slot's share of the key
-	// messages Redis ran (Counter.HottestSlotShare).
+	// messages Redis ran (a script on one key is one, a hybrid sync call
+	// carries one per key): the share of Redis's work that one slot, so
+	// one cluster node, cannot shed.
 	HottestSlotShare float64 `json:"hottest_slot_share"`
 	// FetchCmds counts the commands of the rounds that decisions out of
 	// allowance waited for (a synced strategy in virtual mode; else 0).
@@ -57,13 +70,13 @@ type Result struct {
 
 	// Diag sums the hybrid limiters' counters (zero for other strategies).
 	Diag Diagnostics `json:"-"`
-	// PerKey is each key's demand and admissions, for diagnostics.
-	PerKey []KeyCount `json:"-"`
+	// perKey is each key's demand and admissions, for Report.WriteDiag.
+	perKey []keyCount
 	// Elapsed is the wall time the run took.
 	Elapsed time.Duration `json:"-"`
 }
 
-func newResult(r run, instances int, a Accuracy, c *Counter) Result {
+func newResult(r run, instances int, a accuracy, c *cmdCounter) Result {
 	res := Result{
 		Strategy:                  r.strategy,
 		Instances:                 instances,
@@ -73,7 +86,7 @@ func newResult(r run, instances int, a Accuracy, c *Counter) Result {
 		OvershootRatio:            round6(a.Overshoot),
 		UndershootRatio:           round6(a.Undershoot),
 		WorstWindowOvershootRatio: round6(a.WorstWindow),
-		PerKey:                    a.PerKey,
+		perKey:                    a.perKey,
 	}
 	if r.strategy.Synced() {
 		ms := float64(r.interval) / float64(time.Millisecond)

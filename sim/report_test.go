@@ -138,9 +138,9 @@ func TestTinyRatioIsNotZero(t *testing.T) {
 		{"overshoot", 3_000_001, 3_000_000},
 		{"undershoot", 3_000_000, 3_000_001},
 	} {
-		per := []KeyCount{{Key: 0, Demand: 4_000_000, Admitted: tt.admitted, Oracle: tt.oracle}}
-		a := Accuracy{Decisions: 4_000_000, Admitted: tt.admitted, OracleAdmitted: tt.oracle, PerKey: per}
-		a.Overshoot, a.Undershoot = OvershootRatios(per)
+		per := []keyCount{{Key: 0, Demand: 4_000_000, Admitted: tt.admitted, Oracle: tt.oracle}}
+		a := accuracy{Decisions: 4_000_000, Admitted: tt.admitted, OracleAdmitted: tt.oracle, perKey: per}
+		a.Overshoot, a.Undershoot = overshootRatios(per)
 		res := newResult(run{strategy: Local}, 8, a, nil)
 		got, other := res.OvershootRatio, res.UndershootRatio
 		if tt.name == "undershoot" {

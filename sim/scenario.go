@@ -137,12 +137,12 @@ func (s Scenario) maxFactor() float64 {
 	return 1
 }
 
-// KeyName returns the name of key i, "k0" the hottest under Hotspot.
-func KeyName(i int) string { return "k" + strconv.Itoa(i) }
+// keyName returns the name of key i, "k0" the hottest under Hotspot.
+func keyName(i int) string { return "k" + strconv.Itoa(i) }
 
-// Request is one arrival: a decision of cost 1 asked of one instance for
+// request is one arrival: a decision of cost 1 asked of one instance for
 // one key.
-type Request struct {
+type request struct {
 	// At is the arrival time in nanoseconds since the start of the run, a
 	// whole number of microseconds (the resolution of the Lua scripts).
 	At   int64
@@ -150,15 +150,15 @@ type Request struct {
 	Inst int32
 }
 
-// Generate returns the scenario's arrival stream in time order, the same
+// generate returns the scenario's arrival stream in time order, the same
 // for the same scenario (seed included) on every machine.
-func Generate(s Scenario) ([]Request, error) {
+func generate(s Scenario) ([]request, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed_0f_a771_7a15))
 	n := int(float64(s.Duration) / 1e9 * s.Rate * 1.05)
-	reqs := make([]Request, 0, n)
+	reqs := make([]request, 0, n)
 	var pick func() (key, inst int)
 	uniformInst := func() int { return rng.IntN(s.Instances) }
 	switch s.Workload {
@@ -195,7 +195,7 @@ func skewedInstance(rng *rand.Rand, key, n int, skew float64) int {
 
 // poisson appends to reqs the arrivals of a Poisson process of rate per
 // second over [from, to) nanoseconds, each at a whole microsecond.
-func poisson(reqs []Request, rng *rand.Rand, from, to int64, rate float64, pick func() (int, int)) []Request {
+func poisson(reqs []request, rng *rand.Rand, from, to int64, rate float64, pick func() (int, int)) []request {
 	t := float64(from)
 	for {
 		t += rng.ExpFloat64() / rate * 1e9
@@ -204,13 +204,13 @@ func poisson(reqs []Request, rng *rand.Rand, from, to int64, rate float64, pick 
 		}
 		at := int64(math.Floor(t/1e3)) * 1e3
 		k, i := pick()
-		reqs = append(reqs, Request{At: at, Key: int32(k), Inst: int32(i)})
+		reqs = append(reqs, request{At: at, Key: int32(k), Inst: int32(i)})
 	}
 }
 
 // merge merges two streams in time order, a's request first on a tie.
-func merge(a, b []Request) []Request {
-	out := make([]Request, 0, len(a)+len(b))
+func merge(a, b []request) []request {
+	out := make([]request, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
 		if b[0].At < a[0].At {
 			out, b = append(out, b[0]), b[1:]

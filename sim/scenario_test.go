@@ -25,17 +25,17 @@ func small(w Workload) Scenario {
 
 func TestGenerateIsDeterministic(t *testing.T) {
 	for _, w := range Workloads() {
-		a, err := Generate(small(w))
+		a, err := generate(small(w))
 		if err != nil {
 			t.Fatalf("%s: %v", w, err)
 		}
-		b, _ := Generate(small(w))
+		b, _ := generate(small(w))
 		if !slices.Equal(a, b) {
 			t.Errorf("%s: two streams of the same seed differ", w)
 		}
 		other := small(w)
 		other.Seed++
-		c, _ := Generate(other)
+		c, _ := generate(other)
 		if slices.Equal(a, c) {
 			t.Errorf("%s: seeds %d and %d give the same stream", w, small(w).Seed, other.Seed)
 		}
@@ -45,7 +45,7 @@ func TestGenerateIsDeterministic(t *testing.T) {
 func TestGenerateShape(t *testing.T) {
 	for _, w := range Workloads() {
 		s := small(w)
-		reqs, err := Generate(s)
+		reqs, err := generate(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestGenerateShape(t *testing.T) {
 }
 
 // share returns the fraction of reqs for which f holds.
-func share(reqs []Request, f func(Request) bool) float64 {
+func share(reqs []request, f func(request) bool) float64 {
 	n := 0
 	for _, r := range reqs {
 		if f(r) {
@@ -82,32 +82,32 @@ func share(reqs []Request, f func(Request) bool) float64 {
 }
 
 func TestGenerateWorkloads(t *testing.T) {
-	hot, _ := Generate(small(Hotspot))
+	hot, _ := generate(small(Hotspot))
 	// Zipf s=1.1 over 100 keys: key 0 draws 1/H(100) of the requests.
 	h := 0.0
 	for i := 1; i <= 100; i++ {
 		h += math.Pow(float64(i), -1.1)
 	}
-	if got, want := share(hot, func(r Request) bool { return r.Key == 0 }), 1/h; math.Abs(got-want) > 0.04 {
+	if got, want := share(hot, func(r request) bool { return r.Key == 0 }), 1/h; math.Abs(got-want) > 0.04 {
 		t.Errorf("hotspot: key 0 has %.3f of the requests, want %.3f", got, want)
 	}
 
 	s := small(Flash)
-	flash, _ := Generate(s)
+	flash, _ := generate(s)
 	half := int64(s.Duration) / 2
-	before := share(flash, func(r Request) bool { return r.Key == 0 && r.At < half })
-	after := share(flash, func(r Request) bool { return r.Key == 0 && r.At >= half })
+	before := share(flash, func(r request) bool { return r.Key == 0 && r.At < half })
+	after := share(flash, func(r request) bool { return r.Key == 0 && r.At >= half })
 	if ratio := after / before; ratio < 0.8*s.Flash || ratio > 1.2*s.Flash {
 		t.Errorf("flash: key 0 asks %.1f times more after half time, want about %v", ratio, s.Flash)
 	}
 
 	s = small(SkewedLB)
-	lb, _ := Generate(s)
-	if got := share(lb, func(r Request) bool { return int(r.Key)%s.Instances == int(r.Inst) }); math.Abs(got-s.Skew) > 0.05 {
+	lb, _ := generate(s)
+	if got := share(lb, func(r request) bool { return int(r.Key)%s.Instances == int(r.Inst) }); math.Abs(got-s.Skew) > 0.05 {
 		t.Errorf("skewed-lb: %.3f of requests at the key's home instance, want %v", got, s.Skew)
 	}
-	uni, _ := Generate(small(Uniform))
-	if got := share(uni, func(r Request) bool { return r.Key < 1 }); math.Abs(got-0.5) > 0.05 {
+	uni, _ := generate(small(Uniform))
+	if got := share(uni, func(r request) bool { return r.Key < 1 }); math.Abs(got-0.5) > 0.05 {
 		t.Errorf("uniform: %.3f of requests on the first half of the keys, want 0.5", got)
 	}
 }
@@ -147,7 +147,7 @@ func TestScenarioValidate(t *testing.T) {
 // enough time for the hybrid limiters to sync many times.
 func TestDefaultHotspotShape(t *testing.T) {
 	s := DefaultScenario(Hotspot)
-	reqs, err := Generate(s)
+	reqs, err := generate(s)
 	if err != nil {
 		t.Fatal(err)
 	}

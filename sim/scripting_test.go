@@ -38,7 +38,7 @@ func embeddedPair(t *testing.T, at time.Time) (ours, theirs *redis.Client) {
 // wants the same replies; for errors, errors on both.
 func TestScriptingMatchesMiniredis(t *testing.T) {
 	ctx := context.Background()
-	ours, theirs := embeddedPair(t, Epoch.Add(1500*time.Millisecond))
+	ours, theirs := embeddedPair(t, epoch.Add(1500*time.Millisecond))
 	tests := []struct {
 		name   string
 		script string
@@ -103,7 +103,7 @@ func TestScriptingMatchesMiniredis(t *testing.T) {
 
 func TestScriptingCommands(t *testing.T) {
 	ctx := context.Background()
-	ours, _ := embeddedPair(t, Epoch)
+	ours, _ := embeddedPair(t, epoch)
 	const src = "return ARGV[1]"
 	sha := redis.NewScript(src).Hash()
 	if err := ours.EvalSha(ctx, sha, nil, "x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {

@@ -21,17 +21,18 @@ import (
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
-// Epoch is the instant virtual time starts at: fixed, so that the Lua's
+// epoch is the instant virtual time starts at: fixed, so that the Lua's
 // float arithmetic on microsecond timestamps is the same on every run.
-var Epoch = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
+var epoch = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// Clock is the virtual clock of a run: it reads what the engine last set,
-// calls the functions of AfterFunc when Set passes their time, and drives
-// the loops of the hybrid limiters made with it (internal/drive), which
-// then start no goroutine of their own. It implements the Clock interface
-// of package sync. Set and Drive belong to the one goroutine that drives a
-// run; Now and AfterFunc are safe for concurrent use.
-type Clock struct {
+// virtualClock is the virtual clock of a run: it reads what the engine
+// last set, calls the functions of AfterFunc when Set passes their time,
+// and drives the loops of the hybrid limiters made with it
+// (internal/drive), which then start no goroutine of their own. It
+// implements the Clock interface of package sync. Set and Drive belong to
+// the one goroutine that drives a run; Now and AfterFunc are safe for
+// concurrent use.
+type virtualClock struct {
 	mu     stdsync.Mutex
 	now    time.Time
 	timers map[*timer]struct{}
@@ -46,11 +47,13 @@ type timer struct {
 	f  func()
 }
 
-// NewClock returns a Clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t, timers: map[*timer]struct{}{}} }
+// newVirtualClock returns a virtualClock reading t.
+func newVirtualClock(t time.Time) *virtualClock {
+	return &virtualClock{now: t, timers: map[*timer]struct{}{}}
+}
 
 // Now returns the virtual time.
-func (c *Clock) Now() time.Time {
+func (c *virtualClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
@@ -58,7 +61,7 @@ func (c *Clock) Now() time.Time {
 
 // Set moves the clock to t and calls, each in a goroutine of its own, the
 // functions whose time has come.
-func (c *Clock) Set(t time.Time) {
+func (c *virtualClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t
 	var due []func()
@@ -75,7 +78,7 @@ func (c *Clock) Set(t time.Time) {
 }
 
 // AfterFunc calls f once the clock has been Set d past now.
-func (c *Clock) AfterFunc(d time.Duration, f func()) func() bool {
+func (c *virtualClock) AfterFunc(d time.Duration, f func()) func() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tm := &timer{at: c.now.Add(d), f: f}
@@ -90,11 +93,11 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) func() bool {
 }
 
 // Drive takes the loop of a limiter made with the clock.
-func (c *Clock) Drive(l drive.Loop) { c.loops = append(c.loops, l) }
+func (c *virtualClock) Drive(l drive.Loop) { c.loops = append(c.loops, l) }
 
 // Await blocks a decision until the engine running the clock resumes it
 // (drive.Driver).
-func (c *Clock) Await(l drive.Loop, deadline time.Time) error {
+func (c *virtualClock) Await(l drive.Loop, deadline time.Time) error {
 	if c.await == nil {
 		return errors.New("sim: a decision waits for a fetch with no engine to run it")
 	}
@@ -182,7 +185,7 @@ func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) 
 // arrival stream and the oracle's decisions on it.
 type simulation struct {
 	sc         Scenario
-	reqs       []Request
+	reqs       []request
 	keys       []string
 	oracle     []bool
 	rtt        time.Duration
@@ -193,17 +196,17 @@ type simulation struct {
 }
 
 func newSimulation(sc Scenario, rtt time.Duration, detail bool) (*simulation, error) {
-	reqs, err := Generate(sc)
+	reqs, err := generate(sc)
 	if err != nil {
 		return nil, err
 	}
-	oracle, err := Oracle(reqs, sc.Keys, sc.Limit)
+	oracle, err := runOracle(reqs, sc.Keys, sc.Limit)
 	if err != nil {
 		return nil, err
 	}
 	keys := make([]string, sc.Keys)
 	for i := range keys {
-		keys[i] = KeyName(i)
+		keys[i] = keyName(i)
 	}
 	return &simulation{sc: sc, reqs: reqs, keys: keys, oracle: oracle, rtt: rtt, detail: detail}, nil
 }
@@ -216,8 +219,8 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 		return Result{}, err
 	}
 	defer emb.Close()
-	counter := NewCounter(s.detail)
-	emb.SetTime(Epoch)
+	counter := newCmdCounter(s.detail)
+	emb.SetTime(epoch)
 	admitted := make([]bool, len(s.reqs))
 	var diag Diagnostics
 	switch r.strategy {
@@ -233,24 +236,27 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := newResult(r, s.sc.Instances, Measure(s.reqs, s.sc.Keys, s.sc.Limit, admitted, s.oracle), counter)
-	diag.Phases = counter.ByPhase()
+	res := newResult(r, s.sc.Instances, measure(s.reqs, s.sc.Keys, s.sc.Limit, admitted, s.oracle), counter)
+	diag.byPhase = counter.ByPhase()
 	if r.strategy.Synced() {
-		res.FetchCmds = diag.Phases[PhaseDecision]
+		res.FetchCmds = diag.byPhase[phaseDecision]
 	}
 	if s.detail {
-		diag.KeyCommands = counter.KeyCommands()
-		diag.KeyMessages = counter.Messages()
+		diag.keyCommands = counter.KeyCommands()
+		diag.keyMessages = counter.Messages()
 	}
 	res.Diag = diag
+	if s.detail {
+		res.Diag.classes = breakdown(res, s.sc.Limit, s.sc.Duration)
+	}
 	return res, nil
 }
 
-func (s *simulation) at(r Request) time.Time { return Epoch.Add(time.Duration(r.At)) }
+func (s *simulation) at(r request) time.Time { return epoch.Add(time.Duration(r.At)) }
 
 // runExact decides every request with one global token-bucket script,
 // at the request's time, through the instance's own client.
-func (s *simulation) runExact(ctx context.Context, emb *embedded, counter *Counter, admitted []bool) error {
+func (s *simulation) runExact(ctx context.Context, emb *embedded, counter *cmdCounter, admitted []bool) error {
 	ls := make([]*global.Limiter, s.sc.Instances)
 	for k := range ls {
 		c := emb.Client(counter.Hook())
@@ -312,7 +318,7 @@ func (s *simulation) runLocal(admitted []bool) error {
 }
 
 // hybrid is the virtual-time driver of the hybrid strategies: N real
-// limiters on one virtual Clock, which hands it their loops, and events
+// limiters on one virtualClock, which hands it their loops, and events
 // that step them as their loops' goroutines and fetchers would: a step
 // every tick (a quarter interval), one as soon as a decision asks for a
 // round (Woken), and a fetch round once the linger has passed since a
@@ -331,8 +337,8 @@ type hybrid struct {
 	ctx      context.Context
 	sim      *simulation
 	emb      *embedded
-	counter  *Counter
-	clock    *Clock
+	counter  *cmdCounter
+	clock    *virtualClock
 	ls       []*hlsync.Limiter
 	loops    []drive.Loop
 	instOf   map[drive.Loop]int
@@ -340,7 +346,7 @@ type hybrid struct {
 	events   events
 	seq      uint64
 	rtt      int64
-	now      int64 // virtual time, ns since Epoch
+	now      int64 // virtual time, ns since epoch
 	admitted []bool
 
 	status   chan status // from the worker running
@@ -358,7 +364,7 @@ type instance struct {
 	want     bool      // a step as soon as the round in flight finishes
 	wantWhy  drive.Why // what that step is for
 	err      error     // the error of the round in flight's calls
-	phase    Phase     // the round in flight's: PhaseDecision if decisions wait for it
+	phase    phase     // the round in flight's: phaseDecision if decisions wait for it
 	fetchDue bool      // a linger runs: a step at fetchAt
 	fetchAt  int64
 	waiting  []*waiter // decisions waiting for the next round
@@ -394,13 +400,13 @@ type waiter struct {
 	done     bool // resumed
 }
 
-func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *Counter, r run, admitted []bool) (Diagnostics, error) {
+func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *cmdCounter, r run, admitted []bool) (Diagnostics, error) {
 	h := &hybrid{
 		ctx:      ctx,
 		sim:      s,
 		emb:      emb,
 		counter:  counter,
-		clock:    NewClock(Epoch),
+		clock:    newVirtualClock(epoch),
 		ls:       make([]*hlsync.Limiter, s.sc.Instances),
 		inst:     make([]instance, s.sc.Instances),
 		rtt:      int64(s.rtt),
@@ -577,11 +583,11 @@ func (h *hybrid) settle() (next int, err error) {
 	return st.next, nil
 }
 
-// await is Clock.Await: it runs in the worker of the decision that waits,
-// which hands control back to the engine until resumed.
+// await is virtualClock.Await: it runs in the worker of the decision that
+// waits, which hands control back to the engine until resumed.
 func (h *hybrid) await(l drive.Loop, deadline time.Time) error {
 	h.current.waited = true
-	wt := &waiter{w: h.current, inst: h.instOf[l], deadline: int64(deadline.Sub(Epoch)), resume: make(chan error)}
+	wt := &waiter{w: h.current, inst: h.instOf[l], deadline: int64(deadline.Sub(epoch)), resume: make(chan error)}
 	h.status <- status{wait: wt, next: h.deciding + 1}
 	return <-wt.resume
 }
@@ -672,7 +678,7 @@ func (h *hybrid) pushWaiter(wt *waiter) {
 // setTime moves the virtual clock and miniredis's clock to t.
 func (h *hybrid) setTime(t int64) {
 	h.now = t
-	now := Epoch.Add(time.Duration(t))
+	now := epoch.Add(time.Duration(t))
 	h.clock.Set(now)
 	h.emb.SetTime(now)
 }
@@ -702,7 +708,7 @@ func (h *hybrid) handle(ev event) error {
 		// A failed call leaves its keys for the next round, as in the loop.
 		h.counter.SetPhase(in.phase)
 		in.err = in.round.Send(h.ctx)
-		h.counter.SetPhase(PhaseDecision)
+		h.counter.SetPhase(phaseDecision)
 	case evFinish:
 		in.round.Finish()
 		in.round, in.inflight = nil, false
@@ -743,9 +749,9 @@ func (h *hybrid) wake(k int, why drive.Why) {
 func (h *hybrid) step(k int, why drive.Why) {
 	in := &h.inst[k]
 	in.want, in.fetchDue = false, false
-	h.counter.SetPhase(PhasePresence)
+	h.counter.SetPhase(phasePresence)
 	r := h.loops[k].Step(h.ctx, why)
-	h.counter.SetPhase(PhaseDecision)
+	h.counter.SetPhase(phaseDecision)
 	riders := in.waiting
 	in.waiting = nil
 	if r.Messages() == 0 {
@@ -758,28 +764,33 @@ func (h *hybrid) step(k int, why drive.Why) {
 		h.lingerFor(k)
 		return
 	}
-	in.round, in.inflight, in.riding, in.err, in.phase = r, true, riders, nil, PhaseRound
+	in.round, in.inflight, in.riding, in.err, in.phase = r, true, riders, nil, phaseRound
 	if len(riders) > 0 {
-		in.phase = PhaseDecision
+		in.phase = phaseDecision
 	}
 	h.push(h.now+h.rtt/2, evSend, k)
 	h.push(h.now+h.rtt, evFinish, k)
 }
 
-// Diagnostics explains a run: the hybrid limiters' counters summed over
-// the instances, and where the Redis commands went.
+// Diagnostics explains a run: the hybrid limiters' counters (sync.Stats)
+// summed over the instances, and where the Redis commands went, which
+// Report.WriteDiag prints.
 type Diagnostics struct {
 	Rounds, RoundErrors, Fetches, Messages, ScriptCalls, Waits uint64
 	DeniedRemote, DeniedLocal                                  uint64
 	FallbackAllowed, FallbackDenied, Evictions, BreakerOpens   uint64
-	// Phases counts the commands sent in each Phase.
-	Phases [phases]int64
-	// KeyCommands counts, per Redis key and phase, the commands carrying
+
+	// byPhase counts the commands sent in each phase.
+	byPhase [phases]int64
+	// keyCommands counts, per Redis key and phase, the commands carrying
 	// the key (only with Config.Detail).
-	KeyCommands map[string][phases]int64
-	// KeyMessages counts, per hybrid key's bucket, its sync messages by
+	keyCommands map[string][phases]int64
+	// keyMessages counts, per hybrid key's bucket, its sync messages by
 	// phase and kind (only with Config.Detail).
-	KeyMessages map[string]MsgCounts
+	keyMessages map[string]msgCounts
+	// classes sums the above by class of key demand (only with
+	// Config.Detail).
+	classes []classRow
 }
 
 func (d *Diagnostics) add(s hlsync.Stats) {
@@ -798,6 +809,6 @@ func (d *Diagnostics) add(s hlsync.Stats) {
 }
 
 var (
-	_ hlsync.Clock = (*Clock)(nil)
-	_ drive.Driver = (*Clock)(nil)
+	_ hlsync.Clock = (*virtualClock)(nil)
+	_ drive.Driver = (*virtualClock)(nil)
 )

@@ -47,7 +47,7 @@ func TestVirtual(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		t.Logf("%-16s over %.4f under %.4f worst %.4f cmds/decision %.4f by phase %v diag %+v", r.Label(), r.OvershootRatio, r.UndershootRatio,
-			r.WorstWindowOvershootRatio, r.RedisCmdsPerDecision, r.Diag.Phases, r.Diag)
+			r.WorstWindowOvershootRatio, r.RedisCmdsPerDecision, r.Diag.byPhase, r.Diag)
 		if r.Decisions != rep.Results[0].Decisions || r.OracleAdmitted != rep.Results[0].OracleAdmitted {
 			t.Errorf("%s: %d decisions, oracle %d; every strategy must see the same stream", r.Label(), r.Decisions, r.OracleAdmitted)
 		}
@@ -65,8 +65,8 @@ func TestVirtual(t *testing.T) {
 			}
 			fallthrough
 		case Optimistic:
-			if r.RedisCmds == 0 || r.Diag.Phases[PhasePresence] == 0 {
-				t.Errorf("%s: commands by phase %v: want some, presence included", r.Label(), r.Diag.Phases)
+			if r.RedisCmds == 0 || r.Diag.byPhase[phasePresence] == 0 {
+				t.Errorf("%s: commands by phase %v: want some, presence included", r.Label(), r.Diag.byPhase)
 			}
 		}
 	}
@@ -149,10 +149,10 @@ func TestLocalSharesSumToBurst(t *testing.T) {
 	for _, b := range []int64{1, 3, 7, 8, 9, 100} {
 		sc := small(Uniform)
 		sc.Instances, sc.Keys, sc.Limit = n, 1, hybridlimit.PerSecond(100).WithBurst(b)
-		var reqs []Request
+		var reqs []request
 		for inst := range n {
 			for range (b + n - 1) / n {
-				reqs = append(reqs, Request{At: 0, Key: 0, Inst: int32(inst)})
+				reqs = append(reqs, request{At: 0, Key: 0, Inst: int32(inst)})
 			}
 		}
 		s := &simulation{sc: sc, reqs: reqs}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // ErrorClass sorts the failed calls to Redis that Stats.Errors counts by
@@ -23,7 +23,7 @@ const (
 	ErrorTimeout    ErrorClass = iota // no reply in time (a deadline, a socket timeout, too few replicas under WithDurableSync)
 	ErrorConnection                   // refused, reset, closed, no route
 	ErrorReply                        // Redis answered an error: OOM, CLUSTERDOWN, READONLY, BUSY, ...
-	ErrorMalformed                    // a reply not of the script's shape (lua.ErrMalformedReply)
+	ErrorMalformed                    // a reply not of the shape its script's header gives (package lua)
 	ErrorOther                        // anything else, a cancelled context among them
 	NumErrorClasses
 )
@@ -48,7 +48,7 @@ func classify(err error) ErrorClass {
 		op    *net.OpError
 	)
 	switch {
-	case errors.Is(err, lua.ErrMalformedReply):
+	case errors.Is(err, scripts.ErrMalformedReply):
 		return ErrorMalformed
 	case errors.As(err, &reply):
 		return ErrorReply

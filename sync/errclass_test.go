@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 func TestErrorClassString(t *testing.T) {
@@ -78,7 +78,7 @@ func TestClassify(t *testing.T) {
 		{"unknown command", unknownCmd, ErrorReply},
 		{"wrong type", wrongType, ErrorReply},
 		{"noscript", redis.ErrNoScript, ErrorReply},
-		{"malformed", fmt.Errorf("sync: %w: got string", lua.ErrMalformedReply), ErrorMalformed},
+		{"malformed", fmt.Errorf("sync: %w: got string", scripts.ErrMalformedReply), ErrorMalformed},
 		{"canceled", context.Canceled, ErrorOther},
 		{"other", errors.New("something else"), ErrorOther},
 	}

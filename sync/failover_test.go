@@ -12,7 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -125,7 +125,7 @@ func TestFailover(t *testing.T) {
 	// The replica has never run the script (scripts replicate by their
 	// effects), so the new master meets EVALSHA with NOSCRIPT, in the
 	// limiters' pipelines too.
-	if ok, err := replicas[0].Client(t).ScriptExists(t.Context(), lua.Sync.Hash()).Result(); err != nil || ok[0] {
+	if ok, err := replicas[0].Client(t).ScriptExists(t.Context(), scripts.Sync.Hash()).Result(); err != nil || ok[0] {
 		t.Fatalf("SCRIPT EXISTS on the replica = %v, %v; want an empty script cache", ok, err)
 	}
 	var took time.Duration

@@ -18,8 +18,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/drive"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/lua"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
@@ -180,16 +180,16 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 
 // transport returns the limiter's transport, its calls' header fixed.
 func (l *Limiter) transport() transport {
-	script := lua.Sync
+	script := scripts.Sync
 	var refresh func(context.Context) // nodes need no map off a cluster
 	if isCluster(l.rdb) {
-		script = lua.SyncCluster
+		script = scripts.SyncCluster
 		refresh = func(ctx context.Context) { l.refreshNodes(ctx, l.cfg.clock.Now()) }
 	}
 	return transport{
 		rdb:    l.rdb,
 		script: script,
-		header: lua.SyncHeader{
+		header: scripts.SyncHeader{
 			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.wire(), Instance: l.cfg.instanceID,
 			AllowanceLifeUS: l.allowanceLife().Microseconds(),
 		}.Args(),
@@ -415,7 +415,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	for _, at := range slices.Compact(layouts) {
 		for j := range at.shards {
 			bucket, allowances := l.partKeys(key, j, at)
-			if _, err := lua.SyncReset.Run(ctx, l.rdb, []string{bucket, allowances}, 0, l.ledgerTTL()); err != nil {
+			if _, err := scripts.SyncReset.Run(ctx, l.rdb, []string{bucket, allowances}, 0, l.ledgerTTL()); err != nil {
 				l.stats.countError(err)
 				return fmt.Errorf("sync: reset %q: %w: %w", key, hybridlimit.ErrUnavailable, err)
 			}

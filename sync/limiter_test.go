@@ -16,7 +16,7 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -122,21 +122,21 @@ func taken(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridli
 
 // probeBucket returns the sync script's reply for key, to a message that
 // grants nothing.
-func probeBucket(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) lua.SyncReply {
+func probeBucket(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybridlimit.Limit, groups int) scripts.SyncReply {
 	t.Helper()
 	probe, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("probe"), hlsync.WithTuning(hlsync.Tuning{SlotGroups: groups}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bucket, allow := probe.Keys(key)
-	route, args := lua.SyncCall(lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
-		lua.SyncKey{Bucket: bucket, Allowances: allow, Msg: lua.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}})
-	reply, err := lua.Sync.Run(context.Background(), c, route, args...)
+	route, args := scripts.SyncCall(scripts.SyncHeader{LedgerTTLMS: 60000, Mode: scripts.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
+		scripts.SyncKey{Bucket: bucket, Allowances: allow, Msg: scripts.SyncMsg{Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst, Seq: 1, Epoch: 1, Budget: -1}})
+	reply, err := scripts.Sync.Run(context.Background(), c, route, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v [1]lua.SyncReply
-	if err := lua.ParseSyncReplies(reply, v[:]); err != nil {
+	var v [1]scripts.SyncReply
+	if err := scripts.ParseSyncReplies(reply, v[:]); err != nil {
 		t.Fatal(err)
 	}
 	return v[0]

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/drive"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // ErrRunning is what Start and Run return when the loop already runs.
@@ -295,7 +295,7 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	if alive {
 		flag = "1"
 	}
-	reply, err := lua.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
+	reply, err := scripts.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
 	if err != nil {
 		l.stats.countError(err)
 		l.presenceFailed(err)
@@ -304,7 +304,7 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	n, ok := reply.(int64)
 	if !ok {
 		l.stats.errors[ErrorMalformed].Add(1)
-		err := fmt.Errorf("sync: presence: %w: %T", lua.ErrMalformedReply, reply)
+		err := fmt.Errorf("sync: presence: %w: %T", scripts.ErrMalformedReply, reply)
 		l.presenceFailed(err)
 		return err
 	}

@@ -3,7 +3,7 @@ package sync
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // mode is what Reserve and Optimistic do differently: what a message
@@ -11,7 +11,7 @@ import (
 // reserve.go and optimistic.go hold the two.
 type mode interface {
 	// wire names the mode to sync.lua.
-	wire() lua.SyncMode
+	wire() scripts.SyncMode
 	// lapse drops, before a round looks at e at t (ns of the limiter's
 	// clock), allowance about to lapse in Redis. The caller holds e.mu.
 	lapse(e *entry, t int64)

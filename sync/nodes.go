@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // node is a Redis master as the limiter reaches it, with a breaker of its
@@ -73,7 +73,7 @@ func (ns *nodes) of(g int) *node { return ns.ofGroup[g].Load() }
 
 // refresh points each slot group at the master that serves its slot now,
 // as the cluster client's slot map says (it learns of a failover from
-// the errors of calls to the old master, see lua.NoteError). Nodes that
+// the errors of calls to the old master, see scripts.NoteError). Nodes that
 // serve no group any more are forgotten, their time open counted.
 func (ns *nodes) refresh(ctx context.Context, cc masterForKey, keys []string, now time.Time) {
 	ns.mu.Lock()
@@ -146,10 +146,10 @@ func (l *Limiter) probe(n *node) {
 // probeNode runs the probe of node n and tells its breaker the outcome.
 func (l *Limiter) probeNode(ctx context.Context, n *node) error {
 	life := 3*l.cfg.interval + l.cfg.roundTimeout
-	_, err := lua.Presence.Run(ctx, l.rdb, []string{l.probeKeys[n.group]}, 0, l.cfg.instanceID, life.Microseconds(), "1")
+	_, err := scripts.Presence.Run(ctx, l.rdb, []string{l.probeKeys[n.group]}, 0, l.cfg.instanceID, life.Microseconds(), "1")
 	if err != nil {
 		l.stats.countError(err)
-		lua.NoteError(l.rdb, err)
+		scripts.NoteError(l.rdb, err)
 	}
 	n.breaker.outcome(l.cfg.clock.Now(), err)
 	return err

@@ -3,7 +3,7 @@ package sync
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // optimistic is the Optimistic mode: an instance spends first and
@@ -17,7 +17,7 @@ type optimistic struct {
 	budget float64 // WithOvershootBudget's fraction of a burst, or -1 for none
 }
 
-func (optimistic) wire() lua.SyncMode { return lua.ModeOptimistic }
+func (optimistic) wire() scripts.SyncMode { return scripts.ModeOptimistic }
 
 // lapse stops spending an allowance half-way to lapsing in Redis and not
 // renewed, with half a life of margin for a late round.

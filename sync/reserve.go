@@ -3,7 +3,7 @@ package sync
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // reserve is the Reserve mode: an instance takes allowance from the
@@ -12,7 +12,7 @@ import (
 // the bucket holds, or takes back what is handed back.
 type reserve struct{ l *Limiter }
 
-func (reserve) wire() lua.SyncMode { return lua.ModeReserve }
+func (reserve) wire() scripts.SyncMode { return scripts.ModeReserve }
 
 func (reserve) lapse(*entry, int64) {}
 

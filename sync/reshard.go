@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
@@ -122,7 +122,7 @@ func (l *Limiter) keepMarkers(ctx context.Context, key string, limit hybridlimit
 	if err != nil {
 		return
 	}
-	l.stepAll(ctx, key, layout{def, 0}, limit, lua.ReshardMark, at.marker(), life.Milliseconds(), nil)
+	l.stepAll(ctx, key, layout{def, 0}, limit, scripts.ReshardMark, at.marker(), life.Milliseconds(), nil)
 }
 
 // reshard moves key from layout from to layout to, holding a lock in Redis
@@ -167,13 +167,13 @@ func (l *Limiter) locked(ctx context.Context, key string, f func(context.Context
 // errLockHeld is what taking a lock that another holds returns.
 var errLockHeld = errors.New("sync: reshard lock held by another instance")
 
-// lockRun takes the lock for d, or releases it for d == 0 (lua.Lock).
+// lockRun takes the lock for d, or releases it for d == 0 (scripts.Lock).
 func (l *Limiter) lockRun(ctx context.Context, lock string, d time.Duration) error {
-	reply, err := lua.Lock.Run(ctx, l.rdb, []string{lock}, 0, l.cfg.instanceID, d.Milliseconds())
+	reply, err := scripts.Lock.Run(ctx, l.rdb, []string{lock}, 0, l.cfg.instanceID, d.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("sync: reshard lock: %w", err)
 	}
-	done, err := lua.ParseLockReply(reply)
+	done, err := scripts.ParseLockReply(reply)
 	if err != nil {
 		return fmt.Errorf("sync: reshard lock: %w", err)
 	}
@@ -188,11 +188,11 @@ func (l *Limiter) reshardLocked(ctx context.Context, key string, limit hybridlim
 	// The old layout must still be the key's: an instance that heard of a
 	// move late would open the new parts over ones the move already opened
 	// and that have filled up since (full reads as absent), emptying them.
-	if n, err := l.stepAll(ctx, key, from, limit, lua.ReshardCheck, "", 0, nil); err != nil || n != from.shards {
+	if n, err := l.stepAll(ctx, key, from, limit, scripts.ReshardCheck, "", 0, nil); err != nil || n != from.shards {
 		return errors.Join(fmt.Errorf("%w: %s has %d of %d parts of layout %d.%d open", errReshardRace, key, n, from.shards, from.shards, from.gen), err)
 	}
 	mv := oldParts{limit: limit, from: from, to: to}
-	if n, err := l.stepAll(ctx, key, to, limit, lua.ReshardOpen, "", 0, func(_ int, _ int64, at time.Time) {
+	if n, err := l.stepAll(ctx, key, to, limit, scripts.ReshardOpen, "", 0, func(_ int, _ int64, at time.Time) {
 		if mv.opened.IsZero() || at.Before(mv.opened) {
 			mv.opened = at
 		}
@@ -213,7 +213,7 @@ func (l *Limiter) reshardLocked(ctx context.Context, key string, limit hybridlim
 	if from.gen != 0 {
 		def, derr := l.shardCount(key, limit)
 		if derr == nil {
-			_, derr = l.stepAll(ctx, key, layout{def, 0}, limit, lua.ReshardMark, to.marker(), life, nil)
+			_, derr = l.stepAll(ctx, key, layout{def, 0}, limit, scripts.ReshardMark, to.marker(), life, nil)
 		}
 		err = errors.Join(err, derr)
 	}
@@ -238,13 +238,13 @@ type oldParts struct {
 // under-admit.
 func (l *Limiter) closeOld(ctx context.Context, key string, mv oldParts) (closed int, held int64, closeErr, creditErr error) {
 	life := l.markerLife(mv.limit).Milliseconds()
-	closed, closeErr = l.stepAll(ctx, key, mv.from, mv.limit, lua.ReshardClose, mv.to.marker(), life, func(j int, tokens int64, at time.Time) {
+	closed, closeErr = l.stepAll(ctx, key, mv.from, mv.limit, scripts.ReshardClose, mv.to.marker(), life, func(j int, tokens int64, at time.Time) {
 		part := partOf(mv.limit, j, mv.from.shards)
 		held += max(0, tokens-int64(part.TokensIn(at.Sub(mv.opened))))
 	})
 	for j, c := range spread(held, mv.limit, mv.to.shards) {
 		if c > 0 {
-			if _, err := l.reshardStep(ctx, l.bucketOf(key, j, mv.to), partOf(mv.limit, j, mv.to.shards), lua.ReshardCredit, "", c); err != nil {
+			if _, err := l.reshardStep(ctx, l.bucketOf(key, j, mv.to), partOf(mv.limit, j, mv.to.shards), scripts.ReshardCredit, "", c); err != nil {
 				creditErr = errors.Join(creditErr, err)
 			}
 		}
@@ -291,7 +291,7 @@ func (l *Limiter) closeLeftOpen(ctx context.Context) error {
 
 // stepAll runs op on every part of key in layout at and returns how many
 // changed their key; each reports its tokens and time to f.
-func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybridlimit.Limit, op lua.ReshardOp, marker string, n int64, f func(j int, tokens int64, at time.Time)) (int, error) {
+func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybridlimit.Limit, op scripts.ReshardOp, marker string, n int64, f func(j int, tokens int64, at time.Time)) (int, error) {
 	done := 0
 	var errs []error
 	for j := range at.shards {
@@ -311,15 +311,15 @@ func (l *Limiter) stepAll(ctx context.Context, key string, at layout, limit hybr
 }
 
 // reshardStep runs one reshard op on one bucket.
-func (l *Limiter) reshardStep(ctx context.Context, bucket string, part hybridlimit.Limit, op lua.ReshardOp, marker string, n int64) (lua.ReshardReply, error) {
-	s := lua.ReshardStep{Op: op, Rate: part.Rate, PeriodUS: part.Period.Microseconds(), Burst: part.Burst, Marker: marker, N: n}
-	reply, err := lua.Reshard.Run(ctx, l.rdb, []string{bucket}, append([]any{0}, s.Args()...)...)
+func (l *Limiter) reshardStep(ctx context.Context, bucket string, part hybridlimit.Limit, op scripts.ReshardOp, marker string, n int64) (scripts.ReshardReply, error) {
+	s := scripts.ReshardStep{Op: op, Rate: part.Rate, PeriodUS: part.Period.Microseconds(), Burst: part.Burst, Marker: marker, N: n}
+	reply, err := scripts.Reshard.Run(ctx, l.rdb, []string{bucket}, append([]any{0}, s.Args()...)...)
 	if err != nil {
-		return lua.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
+		return scripts.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
 	}
-	r, err := lua.ParseReshardReply(reply)
+	r, err := scripts.ParseReshardReply(reply)
 	if err != nil {
-		return lua.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
+		return scripts.ReshardReply{}, fmt.Errorf("sync: reshard %s: %w", op, err)
 	}
 	return r, nil
 }

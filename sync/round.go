@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // message is what one round says to Redis about one entry, and the reply.
@@ -16,8 +16,8 @@ type message struct {
 	key   *hybridlimit.Limit // the key's limit as the message was prepared
 	limit hybridlimit.Limit  // the part's
 	group int                // the slot group of the part's keys
-	wire  lua.SyncMsg        // what Redis is told
-	reply lua.SyncReply
+	wire  scripts.SyncMsg    // what Redis is told
+	reply scripts.SyncReply
 	ok    bool // the reply came and checked out
 }
 
@@ -140,7 +140,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	limit := partLimit(e)
 	t := l.nanos(now)
 	e.use.observe(e.consumed(), t, l.cfg.interval)
-	m := message{limit: limit, wire: lua.SyncMsg{
+	m := message{limit: limit, wire: scripts.SyncMsg{
 		Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst,
 		Base: e.acked, Budget: -1,
 	}}

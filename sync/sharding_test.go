@@ -12,7 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/sharding"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -29,14 +29,14 @@ func partsLeft(t *testing.T, c hybridlimit.Redis, prefix, key string, limit hybr
 	for j := range s {
 		p := sharding.Part(limit, j, s)
 		bucket, allow := probe.PartKeys(key, j, s, gen)
-		route, args := lua.SyncCall(lua.SyncHeader{LedgerTTLMS: 60000, Mode: lua.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
-			lua.SyncKey{Bucket: bucket, Allowances: allow, Msg: lua.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}})
-		reply, err := lua.Sync.Run(context.Background(), c, route, args...)
+		route, args := scripts.SyncCall(scripts.SyncHeader{LedgerTTLMS: 60000, Mode: scripts.ModeReserve, Instance: "probe", AllowanceLifeUS: 1000},
+			scripts.SyncKey{Bucket: bucket, Allowances: allow, Msg: scripts.SyncMsg{Rate: p.Rate, PeriodUS: p.Period.Microseconds(), Burst: p.Burst, Seq: 1, Epoch: 1, Budget: -1}})
+		reply, err := scripts.Sync.Run(context.Background(), c, route, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v [1]lua.SyncReply
-		if err := lua.ParseSyncReplies(reply, v[:]); err != nil {
+		var v [1]scripts.SyncReply
+		if err := scripts.ParseSyncReplies(reply, v[:]); err != nil {
 			t.Fatal(err)
 		}
 		left[j] = v[0].Remaining

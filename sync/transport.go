@@ -12,22 +12,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/lua"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // transport carries a round's messages to Redis and their replies back:
 // one script call per Redis node of up to maxKeys messages (on a cluster
 // the node serving each message's slot group, as nodes last learned it;
 // one node otherwise), pipelined, NOSCRIPT answered with EVAL, WAIT under
-// durable sync, and every reply checked (lua.ParseSyncReplies). A message
+// durable sync, and every reply checked (scripts.ParseSyncReplies). A message
 // that reaches a node no longer serving its slot is answered "elsewhere";
 // the round then reads the slot map anew and sends it once more. It knows
 // messages and replies, not leases; it tells each node's breaker how its
 // calls went.
 type transport struct {
 	rdb     hybridlimit.Redis
-	script  *lua.Script // lua.SyncCluster on a cluster, else lua.Sync
-	header  [lua.SyncHeaderArgs]any
+	script  *scripts.Script // scripts.SyncCluster on a cluster, else scripts.Sync
+	header  [scripts.SyncHeaderArgs]any
 	maxKeys int // messages per call
 	durable durability
 	// name appends the two key names of m's part to dst (see appendPartKeys).
@@ -174,7 +174,7 @@ type call struct {
 	msgs []*message
 	keys []string // KEYS: the first message's bucket, which routes the call
 	// names holds each message's bucket and allowances, argv its text
-	// (lua.SyncMsg); args the header, then a pointer to each of a
+	// (scripts.SyncMsg); args the header, then a pointer to each of a
 	// message's three.
 	names, argv []string
 	args        []any
@@ -228,7 +228,7 @@ func (t *transport) newBuilding(n *node, size int) *building {
 		call: &call{
 			node: n,
 			msgs: make([]*message, 0, size),
-			args: append(make([]any, 0, len(t.header)+lua.SyncKeyArgs*size), t.header[:]...),
+			args: append(make([]any, 0, len(t.header)+scripts.SyncKeyArgs*size), t.header[:]...),
 		},
 		text:     make([]byte, 0, 64*size),
 		ends:     make([]int, 0, size),
@@ -285,7 +285,7 @@ func (t *transport) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls [
 	_, _ = pipe.Exec(ctx)
 	var retry []int
 	for i, cmd := range cmds {
-		if lua.IsNoScript(cmd.Err()) {
+		if scripts.IsNoScript(cmd.Err()) {
 			retry = append(retry, i)
 		} else {
 			durable[i] = wait()
@@ -314,14 +314,14 @@ func (t *transport) pipeline(ctx context.Context, rdb hybridlimit.Redis, calls [
 // receive stores the reply of c, its command cmd, in c's messages, or
 // records why there is none: the command's error, or durable's, WAIT's.
 func (t *transport) receive(cmd *redis.IntSliceCmd, durable error, c *call) error {
-	reply, err := lua.IntsReply(cmd)
+	reply, err := scripts.IntsReply(cmd)
 	if err == nil {
 		err = durable
 	}
 	if err == nil {
 		err = decodeInto(reply, c)
 	} else {
-		lua.NoteError(t.rdb, err) // a dead master: learn who took over
+		scripts.NoteError(t.rdb, err) // a dead master: learn who took over
 	}
 	if err != nil {
 		t.stats.countError(err)
@@ -365,8 +365,8 @@ func (t *transport) waitReplicas(ctx context.Context, rdb hybridlimit.Redis, pip
 // decodeInto checks a call's reply and stores each message's part in it;
 // a message answered elsewhere gets none, and goes to c.moved.
 func decodeInto(reply []int64, c *call) error {
-	replies := make([]lua.SyncReply, len(c.msgs))
-	if err := lua.ParseSyncReplies(reply, replies); err != nil {
+	replies := make([]scripts.SyncReply, len(c.msgs))
+	if err := scripts.ParseSyncReplies(reply, replies); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	for i, m := range c.msgs {

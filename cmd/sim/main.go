@@ -272,7 +272,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sim: %d runs in %.1fs\n", len(rep.Results), time.Since(start).Seconds())
 	}
 	if o.diag {
-		writeDiag(stderr, rep, o.cfg.Scenario.Limit, o.cfg.Scenario.Duration)
+		_ = rep.WriteDiag(stderr) // as every other write to stderr, best effort
 	}
 	if o.live {
 		warnFallback(stderr, rep, o.target.Durable)
@@ -332,51 +332,6 @@ func writeFile(path string, write func(io.Writer) error) error {
 
 func pctStr(x float64) string { return fmt.Sprintf("%.2f%%", 100*x) }
 
-// writeDiag prints each run's limiter counters, where its Redis commands
-// went (by phase, and in virtual mode by class of key demand), and the keys
-// it over- and under-admitted most.
-func writeDiag(w io.Writer, rep *sim.Report, limit hybridlimit.Limit, d0 time.Duration) {
-	for _, r := range rep.Results {
-		d := r.Diag
-		fmt.Fprintf(w, "\n== %s\n", r.Label())
-		fmt.Fprintf(w, "   commands: decision %d, round %d, presence %d\n", d.Phases[sim.PhaseDecision], d.Phases[sim.PhaseRound], d.Phases[sim.PhasePresence])
-		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve {
-			fmt.Fprintf(w, "   limiter: rounds %d, fetches %d, messages %d, script calls %d, waits %d, denied remote %d, denied local %d, evictions %d\n",
-				d.Rounds, d.Fetches, d.Messages, d.ScriptCalls, d.Waits, d.DeniedRemote, d.DeniedLocal, d.Evictions)
-		}
-		if r.Strategy == sim.Optimistic || r.Strategy == sim.Reserve || r.Strategy == sim.ReserveSharded {
-			fmt.Fprintf(w, "   failure policy: fallback allowed %d, fallback denied %d, breaker opens %d, round errors %d\n",
-				d.FallbackAllowed, d.FallbackDenied, d.BreakerOpens, d.RoundErrors)
-		}
-		if d.KeyCommands != nil {
-			fmt.Fprintf(w, "   %-16s %6s %9s %9s %9s %12s %12s %10s\n", "keys by demand", "keys", "demand", "admitted", "oracle", "msgs:decide", "msgs:round", "msgs/req")
-			for _, c := range sim.Breakdown(r, limit, d0) {
-				per := 0.0
-				if c.Demand > 0 {
-					per = float64(c.Messages[sim.PhaseDecision]+c.Messages[sim.PhaseRound]) / float64(c.Demand)
-				}
-				fmt.Fprintf(w, "   %-16s %6d %9d %9d %9d %12d %12d %10.3f\n", c.Name, c.Keys, c.Demand, c.Admitted, c.Oracle,
-					c.Messages[sim.PhaseDecision], c.Messages[sim.PhaseRound], per)
-			}
-			writeKinds(w, sim.Breakdown(r, limit, d0))
-		}
-		for _, side := range []struct {
-			name string
-			by   int
-		}{{"over", 1}, {"under", -1}} {
-			top := sim.TopKeys(r.PerKey, 5, side.by)
-			if len(top) == 0 {
-				continue
-			}
-			fmt.Fprintf(w, "   most %s-admitted keys (key demand admitted oracle):", side.name)
-			for _, k := range top {
-				fmt.Fprintf(w, " %s %d %d %d;", sim.KeyName(k.Key), k.Demand, k.Admitted, k.Oracle)
-			}
-			fmt.Fprintln(w)
-		}
-	}
-}
-
 // warnFallback warns of the live runs whose hybrid limiters failed to
 // sync, and so left decisions to their failure policy: such a run's
 // figures measure the fallback, not the strategy, though it ends like any
@@ -396,38 +351,6 @@ func warnFallback(w io.Writer, rep *sim.Report, durable int) {
 		}
 		fmt.Fprintf(w, "sim: warning: %s: %d of %d sync rounds failed and %d of %d decisions were made by the failure policy (breaker opens %d); %s\n",
 			r.Label(), d.RoundErrors, d.Rounds, n, r.Decisions, d.BreakerOpens, cause)
-	}
-}
-
-// writeKinds prints the hybrid limiters' sync messages per class of keys,
-// by phase (on demand or in rounds) and kind.
-func writeKinds(w io.Writer, rows []sim.ClassRow) {
-	var total sim.MsgCounts
-	for _, c := range rows {
-		for p := range total {
-			for k := range total[p] {
-				total[p][k] += c.Kinds[p][k]
-			}
-		}
-	}
-	if total == (sim.MsgCounts{}) {
-		return
-	}
-	fmt.Fprintf(w, "   sync messages    ")
-	for _, p := range []sim.Phase{sim.PhaseDecision, sim.PhaseRound} {
-		for _, k := range sim.MsgKinds() {
-			fmt.Fprintf(w, " %16s", p.String()+":"+k.String())
-		}
-	}
-	fmt.Fprintln(w)
-	for _, c := range append(rows, sim.ClassRow{Name: "all", Kinds: total}) {
-		fmt.Fprintf(w, "   %-16s ", c.Name)
-		for _, p := range []sim.Phase{sim.PhaseDecision, sim.PhaseRound} {
-			for _, k := range sim.MsgKinds() {
-				fmt.Fprintf(w, " %16d", c.Kinds[p][k])
-			}
-		}
-		fmt.Fprintln(w)
 	}
 }
 

@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 import (
 	"math/big"
@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/lua"
 )
 
 // TestMulDiv checks wide.lua's mul_div against math/big over its
@@ -48,7 +49,7 @@ func TestMulDiv(t *testing.T) {
 	for _, c := range cases {
 		args = append(args, c[0], c[1], c[2], c[3])
 	}
-	src, err := File("wide.lua")
+	src, err := lua.File("wide.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 import (
 	"context"
@@ -88,11 +88,11 @@ func ParseSyncMsg(s string) (SyncMsg, error) {
 	for i := range v {
 		field, tail, found := strings.Cut(rest, " ")
 		if found != (i < len(v)-1) {
-			return SyncMsg{}, fmt.Errorf("lua: sync message %q: want %d integers", s, syncMsgFields)
+			return SyncMsg{}, fmt.Errorf("scripts: sync message %q: want %d integers", s, syncMsgFields)
 		}
 		n, err := strconv.ParseInt(field, 10, 64)
 		if err != nil {
-			return SyncMsg{}, fmt.Errorf("lua: sync message %q: %w", s, err)
+			return SyncMsg{}, fmt.Errorf("scripts: sync message %q: %w", s, err)
 		}
 		v[i], rest = n, tail
 	}

@@ -1,12 +1,10 @@
-package lua
+package scripts
 
 import (
-	"embed"
 	"strings"
-)
 
-//go:embed *.lua
-var files embed.FS
+	"github.com/hybridlimit/hybridlimit/lua"
+)
 
 // The scripts of the limiters. Each file's header gives its KEYS, ARGV and
 // reply; all but ConcurrencyRelease reply in the shape DecodeDecision reads.
@@ -26,14 +24,6 @@ var (
 // for tests.
 func All() []*Script {
 	return []*Script{TokenBucket, GCRA, FixedWindow, SlidingWindow, SlidingLog, ConcurrencyAcquire, ConcurrencyRelease}
-}
-
-// File returns the text of an embedded file, such as "gcra.lua", as it is
-// on disk: without the shared files put before it. It is for tests and
-// documentation.
-func File(file string) (string, error) {
-	b, err := files.ReadFile(file)
-	return string(b), err
 }
 
 // flagged returns s with a shebang declaring flags (Redis 7 script flags)
@@ -69,11 +59,11 @@ func load(name string, shared ...string) *Script {
 	return NewScript(name, b.String())
 }
 
-// mustRead returns the embedded file name.lua.
+// mustRead returns the file name.lua of package lua.
 func mustRead(name string) []byte {
-	src, err := files.ReadFile(name + ".lua")
+	src, err := lua.Files.ReadFile(name + ".lua")
 	if err != nil {
-		panic("lua: " + err.Error())
+		panic("scripts: " + err.Error())
 	}
 	return src
 }

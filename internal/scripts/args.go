@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 import (
 	"errors"
@@ -54,7 +54,7 @@ const (
 )
 
 // ErrParams is returned for parameters a script cannot represent exactly.
-var ErrParams = errors.New("lua: parameters out of range")
+var ErrParams = errors.New("scripts: parameters out of range")
 
 func (p Params) check() error {
 	if p.Mode < Spend || p.Mode > Refund || p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||

@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 // ErrMalformedReply is wrapped by every decoding error: the reply was not of
 // the shape the script's header promises.
-var ErrMalformedReply = errors.New("lua: malformed reply")
+var ErrMalformedReply = errors.New("scripts: malformed reply")
 
 // DecodeInts checks that reply is an array of exactly n integers and returns
 // them. It is the one place a script reply is taken apart; everything else

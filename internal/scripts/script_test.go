@@ -1,4 +1,4 @@
-package lua
+package scripts
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/lua"
 )
 
 var topologies = redistest.Topologies
@@ -24,7 +25,7 @@ var topologies = redistest.Topologies
 // for: its name, its KEYS and ARGV, and its reply.
 func TestHeaders(t *testing.T) {
 	for _, s := range All() {
-		src, err := File(s.Name() + ".lua")
+		src, err := lua.File(s.Name() + ".lua")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +92,7 @@ func TestScriptsHaveTheirHelpers(t *testing.T) {
 
 func mustFile(t *testing.T, name string) string {
 	t.Helper()
-	s, err := File(name)
+	s, err := lua.File(name)
 	if err != nil {
 		t.Fatal(err)
 	}
