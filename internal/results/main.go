@@ -84,7 +84,19 @@ func run(ctx context.Context, out, readme, svg, save, from string) error {
 	if err := os.WriteFile(out, page.Bytes(), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(readme, []byte(updated), 0o644)
+	if err := os.WriteFile(readme, []byte(updated), 0o644); err != nil {
+		return err
+	}
+	var failed []string
+	for _, t := range d.Tests {
+		if t.Failed {
+			failed = append(failed, t.Cmd)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s written, with these tests failing (their logs are on it): %s", out, strings.Join(failed, "; "))
+	}
+	return nil
 }
 
 // figures measures, or reads the figures an earlier run saved in from.
@@ -445,8 +457,12 @@ func (r *runner) redisServer() (addr string, stop func(), err error) {
 }
 
 // TestRun is one go test invocation and the log lines of its tests.
+// Failed says a test failed: its log, with the failure, is on the page
+// as it is of a pass, and make results ends in an error once the pages
+// are written.
 type TestRun struct {
 	Title, Cmd, Log string
+	Failed          bool
 }
 
 func (r *runner) tests(d *data) error {
@@ -467,10 +483,11 @@ func (r *runner) tests(d *data) error {
 			cmd = t.env + " " + cmd
 		}
 		out, err := r.exec(env, goBin(), args...)
-		if err != nil {
+		failed := err != nil && strings.Contains(out, "\n--- FAIL: ")
+		if err != nil && !failed {
 			return err
 		}
-		d.Tests = append(d.Tests, TestRun{Title: t.title, Cmd: cmd, Log: testLog(out)})
+		d.Tests = append(d.Tests, TestRun{Title: t.title, Cmd: cmd, Log: testLog(out), Failed: failed})
 	}
 	return nil
 }
