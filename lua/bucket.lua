@@ -34,8 +34,8 @@ end
 -- the exact sum: the bucket's time must move by at least what the tokens
 -- granted or handed back are worth. A float of microseconds since the
 -- epoch has a step of 1/4 us in this century; rounded to nearest, a grant
--- of less than half a step (a token, above 8M tokens a second) added
--- nothing and was free, and a return could give back more than it took.
+-- of less than half a step (a token, above 8M tokens a second) would add
+-- nothing and be free, and a return could give back more than it took.
 -- t - tat is exact (the two are within a factor of two of each other).
 local function later(tat, d)
   local t = tat + d
