@@ -102,8 +102,12 @@ func TestShardedReserveExact(t *testing.T) {
 
 // TestShardedSpreadsOverMasters is the cluster proof for the hybrid: a key
 // split 3 ways keeps its parts on the three masters, and the sync traffic
-// of one key over its limit spreads over them within 1.5x, where whole it
-// all goes to one.
+// of one key over its limit, from six instances homed two on each part,
+// spreads over them within 1.5x, where whole it all goes to one. The
+// instances' ids are chosen for their homes: an instance's home part is
+// a hash of its id and the key, so six random ids home two on each part
+// only one time in eight, and otherwise the traffic leans to the parts
+// that more instances call home.
 func TestShardedSpreadsOverMasters(t *testing.T) {
 	redistest.NoLeaks(t)
 	cluster := redistest.ClusterOf(t)
@@ -129,13 +133,23 @@ func TestShardedSpreadsOverMasters(t *testing.T) {
 	}
 
 	limit := hybridlimit.PerSecond(3000)
+	var ids []string
+	homed := make([]int, 3)
+	for n := 0; len(ids) < 6; n++ {
+		id := fmt.Sprintf("spread-%d", n)
+		if h := sharding.Home(id, "hot", 3); homed[h] < 2 {
+			homed[h]++
+			ids = append(ids, id)
+		}
+	}
 	spread := func(shards int) []float64 {
 		prefix := redistest.Prefix(t)
-		ls := make([]*hlsync.Limiter, 6)
+		ls := make([]*hlsync.Limiter, len(ids))
 		for i := range ls {
 			// No loop: Sync below runs the rounds, so the only scripts
 			// are the sync script's, not presence.
-			ls[i], err = hlsync.New(cluster.Client(t), hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1), split(shards))
+			ls[i], err = hlsync.New(cluster.Client(t), hlsync.WithPrefix(prefix), hlsync.WithInstanceID(ids[i]),
+				hlsync.WithSyncInterval(50*time.Millisecond, 0.1), split(shards))
 			if err != nil {
 				t.Fatal(err)
 			}
