@@ -18,11 +18,16 @@ import (
 // share of keys is over its limit, modelled as a cluster and as one
 // server.
 type Scaled struct {
-	Scale     float64 `json:"scale"`
-	Rate      float64 `json:"rate"`  // requests a second, all keys
-	Limit     int64   `json:"limit"` // every key's, a second
-	Cluster   *Report `json:"cluster"`
-	OneServer *Report `json:"one_server"`
+	Scale float64 `json:"scale"`
+	Rate  float64 `json:"rate"`  // requests a second, all keys
+	Limit int64   `json:"limit"` // every key's, a second
+	// FirstSights counts the requests that are the first an instance sees
+	// of a key (the distinct instance-key pairs of the stream): Reserve
+	// must ask Redis before it admits any of them, so without fetches
+	// that share a call, each costs one command.
+	FirstSights int64   `json:"first_sights"`
+	Cluster     *Report `json:"cluster"`
+	OneServer   *Report `json:"one_server"`
 }
 
 // RunScales runs cfg in virtual time at each scale, as a cluster and on one
@@ -45,7 +50,11 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 		if err != nil {
 			return nil, err
 		}
-		out[i] = Scaled{Scale: f, Rate: sc.Rate, Limit: sc.Limit.Rate}
+		first, err := firstSights(sc)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Scaled{Scale: f, Rate: sc.Rate, Limit: sc.Limit.Rate, FirstSights: first}
 		c := cfg
 		c.Scenario, c.Parallel, c.Progress = sc, 1, nil
 		if i > 0 {
@@ -112,6 +121,24 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 	return out, nil
 }
 
+// firstSights returns how many requests of sc's stream are the first an
+// instance sees of a key.
+func firstSights(sc Scenario) (int64, error) {
+	reqs, err := generate(sc)
+	if err != nil {
+		return 0, err
+	}
+	seen := make([]bool, sc.Keys*sc.Instances)
+	var n int64
+	for _, r := range reqs {
+		if i := int(r.Key)*sc.Instances + int(r.Inst); !seen[i] {
+			seen[i] = true
+			n++
+		}
+	}
+	return n, nil
+}
+
 // scale returns sc with its rate and every key's limit multiplied by f.
 func scale(sc Scenario, f float64) (Scenario, error) {
 	l := sc.Limit
@@ -125,6 +152,24 @@ func scale(sc Scenario, f float64) (Scenario, error) {
 	sc.Rate *= f
 	sc.Limit.Rate, sc.Limit.Burst = int64(rate), int64(burst)
 	return sc, sc.Validate()
+}
+
+// firstSightsCell returns the first sights per decision of r for a
+// table, or "-" for a strategy that does not fetch.
+func (s Scaled) firstSightsCell(r Result) string {
+	if !r.Strategy.Synced() {
+		return "-"
+	}
+	return strconv.FormatFloat(s.FirstSightsPerDecision(r), 'f', 4, 64)
+}
+
+// FirstSightsPerDecision returns the first sights of the scale's stream
+// per decision of r, one of its results.
+func (s Scaled) FirstSightsPerDecision(r Result) float64 {
+	if r.Decisions == 0 {
+		return 0
+	}
+	return float64(s.FirstSights) / float64(r.Decisions)
 }
 
 func without(ss []Strategy, drop Strategy) []Strategy {
@@ -152,14 +197,16 @@ func ParseScales(s string) ([]float64, error) {
 
 // WriteScaleTable writes one row per strategy and sync interval at each
 // scale: the accuracy (of the cluster model; one server's differs only in
-// its calls), the Redis commands as a cluster and on one server, and the
+// its calls), the Redis commands as a cluster and on one server, the
 // share of them in rounds that decisions out of allowance waited for
-// (fetches: mostly keys an instance sees for the first time). A last line
-// says how each row's commands grew from the first scale to the last.
+// (fetches: mostly keys an instance sees for the first time), and the
+// first sights per decision, which is what fetches cost when none shares
+// a call. A last line says how each row's commands grew from the first
+// scale to the last.
 func WriteScaleTable(w io.Writer, scaled []Scaled) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scale\trate/s\tlimit/s\tstrategy\tdecisions\tovershoot\tundershoot\tworst window\t"+
-		"cmds, cluster\tcmds/decision\tfetches\tcmds, one server\tcmds/decision\t")
+		"cmds, cluster\tcmds/decision\tfetches\tcmds, one server\tcmds/decision\tfirst sights/decision\t")
 	first, last := map[string][2]int64{}, map[string][2]int64{}
 	for _, s := range scaled {
 		if s.Cluster == nil || s.OneServer == nil {
@@ -171,10 +218,11 @@ func WriteScaleTable(w io.Writer, scaled []Scaled) error {
 			if r.Strategy.Synced() && r.RedisCmds > 0 {
 				fetches = pct(float64(r.FetchCmds) / float64(r.RedisCmds))
 			}
-			fmt.Fprintf(tw, "x%s\t%.0f\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%.4f\t%s\t%d\t%.4f\t\n",
+			fmt.Fprintf(tw, "x%s\t%.0f\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%.4f\t%s\t%d\t%.4f\t%s\t\n",
 				strconv.FormatFloat(s.Scale, 'g', -1, 64), s.Rate, s.Limit, r.Label(), r.Decisions,
 				pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
-				r.RedisCmds, r.RedisCmdsPerDecision, fetches, one.RedisCmds, one.RedisCmdsPerDecision)
+				r.RedisCmds, r.RedisCmdsPerDecision, fetches, one.RedisCmds, one.RedisCmdsPerDecision,
+				s.firstSightsCell(r))
 			cmds := [2]int64{r.RedisCmds, one.RedisCmds}
 			if _, ok := first[r.Label()]; !ok {
 				first[r.Label()] = cmds

@@ -512,6 +512,9 @@ func writeScales(w io.Writer, scaled []sim.Scaled, o *options) error {
   fetches        the share of the cluster's commands in rounds that decisions out of allowance
                  waited for: mostly a key an instance sees for the first time, which Reserve
                  must ask Redis about before it admits anything
+  first sights/decision  requests that are the first an instance sees of a key, per request
+                 decided: what their fetches would cost in commands per decision if each went
+                 alone (fetches in flight together share a call)
   overshoot, undershoot, worst window: as in the default table (go run ./cmd/sim -h)
 `, sim.ModelMasters)
 	return err

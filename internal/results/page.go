@@ -29,6 +29,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"simTable":     simTable,
 	"scaleTable":   scaleTable,
 	"scaled":       scaled,
+	"firstSights":  firstSights,
 	"liveTable":    liveTable,
 	"benches": func(d *data) []BenchRun {
 		return []BenchRun{d.HotPath, d.DenyEmpty, d.LocalBucket, d.LocalTable, d.Steady, d.SyncRound, d.RedisMem}
@@ -113,22 +114,23 @@ func simTable(s SimRun) string {
 }
 
 // scaleTable renders a -scale run as a markdown table: a row per scale and
-// strategy, the accuracy of the cluster model and the commands per
-// decision as a cluster and on one server.
+// strategy, the accuracy of the cluster model, the commands per decision
+// as a cluster and on one server, and the first sights per decision.
 func scaleTable(s ScaleRun) string {
 	var b strings.Builder
-	b.WriteString("| scale | requests/s | limit/s | strategy | overshoot | undershoot | worst window | cmds/decision, cluster | of them fetches | cmds/decision, one server |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scale | requests/s | limit/s | strategy | overshoot | undershoot | worst window | cmds/decision, cluster | of them fetches | cmds/decision, one server | first sights/decision |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range s.Scaled {
 		for i, r := range sc.Cluster.Results {
 			one := sc.OneServer.Results[i]
-			fetches := "-"
+			fetches, first := "-", "-"
 			if r.Strategy.Synced() && r.RedisCmds > 0 {
 				fetches = pct(float64(r.FetchCmds) / float64(r.RedisCmds))
+				first = strconv.FormatFloat(sc.FirstSightsPerDecision(r), 'f', 4, 64)
 			}
-			fmt.Fprintf(&b, "| x%s | %s | %d | %s | %s | %s | %s | %.4f | %s | %.4f |\n", num(sc.Scale), num(sc.Rate), sc.Limit,
+			fmt.Fprintf(&b, "| x%s | %s | %d | %s | %s | %s | %s | %.4f | %s | %.4f | %s |\n", num(sc.Scale), num(sc.Rate), sc.Limit,
 				r.Label(), pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
-				r.RedisCmdsPerDecision, fetches, one.RedisCmdsPerDecision)
+				r.RedisCmdsPerDecision, fetches, one.RedisCmdsPerDecision, first)
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
@@ -137,15 +139,13 @@ func scaleTable(s ScaleRun) string {
 // scaled returns the result of strategy at the scale-th scale of s, as a
 // cluster or on one server.
 func scaled(s ScaleRun, i int, label string, oneServer bool) (sim.Result, error) {
-	if i < 0 {
-		i += len(s.Scaled)
+	sc, err := s.at(i)
+	if err != nil {
+		return sim.Result{}, err
 	}
-	if i < 0 || i >= len(s.Scaled) {
-		return sim.Result{}, fmt.Errorf("%s: no scale %d", s.Cmd, i)
-	}
-	rep := s.Scaled[i].Cluster
+	rep := sc.Cluster
 	if oneServer {
-		rep = s.Scaled[i].OneServer
+		rep = sc.OneServer
 	}
 	for _, r := range rep.Results {
 		if r.Label() == label {
@@ -153,6 +153,27 @@ func scaled(s ScaleRun, i int, label string, oneServer bool) (sim.Result, error)
 		}
 	}
 	return sim.Result{}, fmt.Errorf("%s: no %s at scale %d", s.Cmd, label, i)
+}
+
+// firstSights returns the first sights per decision of r at the i-th
+// scale of s (counted from the end when negative).
+func firstSights(s ScaleRun, i int, r sim.Result) (string, error) {
+	sc, err := s.at(i)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatFloat(sc.FirstSightsPerDecision(r), 'f', 4, 64), nil
+}
+
+// at returns the i-th scale of s, counted from the end when i < 0.
+func (s ScaleRun) at(i int) (sim.Scaled, error) {
+	if i < 0 {
+		i += len(s.Scaled)
+	}
+	if i < 0 || i >= len(s.Scaled) {
+		return sim.Scaled{}, fmt.Errorf("%s: no scale %d", s.Cmd, i)
+	}
+	return s.Scaled[i], nil
 }
 
 // liveTable renders a live run's results as a markdown table.
