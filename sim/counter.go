@@ -111,6 +111,15 @@ func (c *cmdCounter) Total() int64 {
 	return c.total
 }
 
+// Work returns the key messages counted (one for a command on a key, one
+// per key for a sync call) and the keyless commands: the units of work
+// Redis ran, whatever the number of commands that carried them.
+func (c *cmdCounter) Work() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.work
+}
+
 // HottestSlotShare returns the busiest slot's share of the work counted,
 // 0 if none: of the key messages (one for a command on a key, one per key
 // for a sync call, which carries many slots' keys) and of the keyless

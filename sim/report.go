@@ -56,6 +56,10 @@ type Result struct {
 	// carries one per key): the share of Redis's work that one slot, so
 	// one cluster node, cannot shed.
 	HottestSlotShare float64 `json:"hottest_slot_share"`
+	// KeyMessages counts the key messages Redis ran (a script on one key
+	// is one, a hybrid sync call one per key it carries) and the keyless
+	// commands: what Redis's CPU time is spent on.
+	KeyMessages int64 `json:"key_messages"`
 	// FetchCmds counts the commands of the rounds that decisions out of
 	// allowance waited for (a synced strategy in virtual mode; else 0).
 	FetchCmds int64 `json:"fetch_cmds"`
@@ -95,6 +99,7 @@ func newResult(r run, instances int, a accuracy, c *cmdCounter) Result {
 	if c != nil {
 		res.RedisCmds = c.Total()
 		res.HottestSlotShare = round6(c.HottestSlotShare())
+		res.KeyMessages = c.Work()
 	}
 	if a.Decisions > 0 {
 		res.RedisCmdsPerDecision = round6(float64(res.RedisCmds) / float64(a.Decisions))

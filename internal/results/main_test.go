@@ -112,6 +112,7 @@ func TestPageRenders(t *testing.T) {
 	for k, r := range []sim.Result{res(sim.Exact, 0), res(sim.Optimistic, 200), res(sim.Reserve, 200)} {
 		r.DecisionsPerSec, r.DecisionP50NS, r.DecisionP99NS = f(2.5e6), i(400), i(1200)
 		r.RedisCPUPerDecisionNS = f([]float64{45600, 7000, 293}[k])
+		r.Decisions, r.KeyMessages = 10000, []int64{10000, 300, 100}[k]
 		live.Report.Results = append(live.Report.Results, r)
 	}
 	scale := ScaleRun{Cmd: "go run ./cmd/sim -scale 1,100"}
@@ -119,10 +120,11 @@ func TestPageRenders(t *testing.T) {
 		rep := func(cmds int64) *sim.Report {
 			r := res(sim.Reserve, 200)
 			r.RedisCmds, r.FetchCmds, r.RedisCmdsPerDecision = cmds, cmds/2, float64(cmds)/(48000*f)
+			r.Decisions = int64(48000 * f)
 			return &sim.Report{Results: []sim.Result{r}}
 		}
 		scale.Scaled = append(scale.Scaled, sim.Scaled{Scale: f, Rate: 6000 * f, Limit: 100 * int64(f),
-			Cluster: rep(12000 - 1000*int64(k)), OneServer: rep(6000)})
+			FirstSights: 8000, Cluster: rep(12000 - 1000*int64(k)), OneServer: rep(6000)})
 	}
 	benches := BenchRun{Cmd: "go test -bench 'A|B'", Results: parseBench(benchOut + `
 BenchmarkBucketAllow/admit=all-2 	1000	30 ns/op
@@ -150,7 +152,9 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		"Reserve 2.50M, exact 2.50M (1.0x)",
 		"(50ms and 100ms here)",
 		"| LimiterAllow/striped=true | 3 | 14.2 (13-15) |",
-		"| x100 | 600000 | 10000 | reserve 200ms | 0.10% | 0.00% | 0.00% | 0.0023 | 50.00% | 0.0013 |",
+		"| x100 | 600000 | 10000 | reserve 200ms | 0.10% | 0.00% | 0.00% | 0.0023 | 50.00% | 0.0013 | 0.0017 |",
+		"| 0.3000 | 0.01 | 293ns | 29.3µs |", // key messages and Redis CPU per decision and per message
+		"| 0.3000 | 1 | 45.6µs | 45.6µs |",
 		"from 12000 to 11000 as a\ncluster",
 		"293ns against 45.6µs (1/156)",
 	} {

@@ -40,12 +40,14 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 		m, err := b.Median(unit)
 		return num(m), err
 	},
-	"perSec":   perSec,
-	"redisCPU": redisCPU,
-	"cpuRatio": cpuRatio,
-	"speedup":  speedup,
-	"p99":      func(r sim.Result) (string, error) { return latency(r.DecisionP99NS, r) },
-	"cell":     cell,
+	"perSec":          perSec,
+	"redisCPU":        redisCPU,
+	"cpuRatio":        cpuRatio,
+	"cpuPerMsg":       cpuPerMsg,
+	"msgsPerDecision": msgsPerDecision,
+	"speedup":         speedup,
+	"p99":             func(r sim.Result) (string, error) { return latency(r.DecisionP99NS, r) },
+	"cell":            cell,
 }).Parse(pageText))
 
 // pct prints a ratio in percent to two decimals; a positive ratio too
@@ -179,8 +181,9 @@ func (s ScaleRun) at(i int) (sim.Scaled, error) {
 // liveTable renders a live run's results as a markdown table.
 func liveTable(s SimRun) (string, error) {
 	var b strings.Builder
-	b.WriteString("| strategy | sync | decisions/s | p50 | p99 | overshoot | undershoot | worst window | cmds/decision | Redis CPU/decision |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| strategy | sync | decisions/s | p50 | p99 | overshoot | undershoot | worst window | cmds/decision | " +
+		"key messages/decision | Redis CPU/decision | Redis CPU/key message |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Report.Results {
 		rate, err := perSec(r)
 		if err != nil {
@@ -198,8 +201,13 @@ func liveTable(s SimRun) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f | %s |\n", r.Strategy, interval(r), rate, p50, p99,
-			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision, cpu)
+		perMsg, err := cpuPerMsg(r)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f | %s | %s | %s |\n", r.Strategy, interval(r), rate, p50, p99,
+			pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio), r.RedisCmdsPerDecision,
+			msgsPerDecision(r), cpu, perMsg)
 	}
 	return strings.TrimRight(b.String(), "\n"), nil
 }
@@ -209,11 +217,35 @@ func redisCPU(r sim.Result) (string, error) {
 	if r.RedisCPUPerDecisionNS == nil {
 		return "", fmt.Errorf("%s: no Redis CPU (not a live run?)", r.Label())
 	}
-	d, unit := time.Duration(*r.RedisCPUPerDecisionNS), time.Duration(1)
-	for d/unit >= 1000 { // three significant figures
+	return threeFigures(time.Duration(*r.RedisCPUPerDecisionNS)), nil
+}
+
+// cpuPerMsg prints the Redis CPU a live result spent per key message (see
+// sim.Result.KeyMessages): for an exact strategy, a decision's script; for
+// the hybrid limiter, one key's part of a sync call.
+func cpuPerMsg(r sim.Result) (string, error) {
+	if r.RedisCPUPerDecisionNS == nil || r.KeyMessages <= 0 {
+		return "", fmt.Errorf("%s: no Redis CPU or no key messages (not a live run?)", r.Label())
+	}
+	return threeFigures(time.Duration(*r.RedisCPUPerDecisionNS * float64(r.Decisions) / float64(r.KeyMessages))), nil
+}
+
+// msgsPerDecision prints a result's key messages per decision, to three
+// significant figures: 1, 0.00412.
+func msgsPerDecision(r sim.Result) string {
+	if r.Decisions == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(r.KeyMessages)/float64(r.Decisions), 'g', 3, 64)
+}
+
+// threeFigures prints d to three significant figures: 293ns, 45.6µs.
+func threeFigures(d time.Duration) string {
+	unit := time.Duration(1)
+	for d/unit >= 1000 {
 		unit *= 10
 	}
-	return d.Round(unit).String(), nil
+	return d.Round(unit).String()
 }
 
 // cpuRatio prints how many times less Redis CPU a decides than b: "1/156".
