@@ -122,21 +122,18 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 }
 
 // firstSights returns how many requests of sc's stream are the first an
-// instance sees of a key.
+// instance sees of a key. It keeps the pairs seen in a map, whose size
+// follows the stream, not keys x instances (up to 10^10).
 func firstSights(sc Scenario) (int64, error) {
 	reqs, err := generate(sc)
 	if err != nil {
 		return 0, err
 	}
-	seen := make([]bool, sc.Keys*sc.Instances)
-	var n int64
+	seen := make(map[int64]struct{})
 	for _, r := range reqs {
-		if i := int(r.Key)*sc.Instances + int(r.Inst); !seen[i] {
-			seen[i] = true
-			n++
-		}
+		seen[int64(r.Key)*int64(sc.Instances)+int64(r.Inst)] = struct{}{}
 	}
-	return n, nil
+	return int64(len(seen)), nil
 }
 
 // scale returns sc with its rate and every key's limit multiplied by f.
