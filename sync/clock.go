@@ -53,14 +53,14 @@ func newTicker(clk Clock, period time.Duration) *ticker {
 	return t
 }
 
+// fire arms the next tick, then ticks: a reader that acts on a tick
+// finds the next one armed (a test that advances a fake clock on it would
+// otherwise pass the next tick's time before it is set, and lose it), and
+// a ticker stopped meanwhile ticks no more.
 func (t *ticker) fire() {
-	select {
-	case t.c <- struct{}{}:
-	default:
-	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.stopped {
+		t.mu.Unlock()
 		return
 	}
 	now := t.clk.Now()
@@ -69,6 +69,11 @@ func (t *ticker) fire() {
 		t.next = t.next.Add(now.Sub(t.next).Truncate(t.period) + t.period)
 	}
 	t.stop = t.clk.AfterFunc(t.next.Sub(now), t.fire)
+	t.mu.Unlock()
+	select {
+	case t.c <- struct{}{}:
+	default:
+	}
 }
 
 // Stop stops the ticks.
