@@ -10,8 +10,8 @@ import (
 
 // TestRunScales runs a small scenario at two scales and checks what the
 // table is read for: both layouts at each scale, the exact strategy at the
-// first scale only, the limit and rate multiplied, and the first sights
-// counted from the stream.
+// first scale only, the limit and rate multiplied, the first sights
+// counted from the stream, and the key messages beside the commands.
 func TestRunScales(t *testing.T) {
 	cfg := smallConfig()
 	cfg.Strategies = []Strategy{Exact, Reserve}
@@ -43,6 +43,19 @@ func TestRunScales(t *testing.T) {
 		if s.FirstSights < 1 || s.FirstSights > min(pairs, r.Decisions) {
 			t.Errorf("scale %v: %d first sights, want 1 to %d (instance-key pairs) and at most the %d decisions",
 				s.Scale, s.FirstSights, pairs, r.Decisions)
+		}
+	}
+	// Key messages: one a script for exact, which runs one a decision;
+	// for Reserve, at least one a command and more than its commands,
+	// since a sync call carries several keys.
+	for _, r := range scaled[0].Cluster.Results {
+		switch {
+		case r.Strategy == Exact && (r.KeyMessages != r.RedisCmds || r.KeyMessages < r.Decisions):
+			t.Errorf("exact: %d key messages for %d commands and %d decisions, want one a command, at least one a decision",
+				r.KeyMessages, r.RedisCmds, r.Decisions)
+		case r.Strategy == Reserve && r.KeyMessages <= r.RedisCmds:
+			t.Errorf("reserve: %d key messages for %d commands, want more (a sync call carries several keys)",
+				r.KeyMessages, r.RedisCmds)
 		}
 	}
 	if scaled[1].FirstSights < scaled[0].FirstSights {
