@@ -128,7 +128,7 @@ func scaleTable(s ScaleRun) string {
 			fetches, first := "-", "-"
 			if r.Strategy.Synced() && r.RedisCmds > 0 {
 				fetches = pct(float64(r.FetchCmds) / float64(r.RedisCmds))
-				first = strconv.FormatFloat(sc.FirstSightsPerDecision(r), 'f', 4, 64)
+				first = firstSightsOf(sc, r)
 			}
 			fmt.Fprintf(&b, "| x%s | %s | %d | %s | %s | %s | %s | %.4f | %s | %.4f | %s |\n", num(sc.Scale), num(sc.Rate), sc.Limit,
 				r.Label(), pct(r.OvershootRatio), pct(r.UndershootRatio), pct(r.WorstWindowOvershootRatio),
@@ -164,7 +164,13 @@ func firstSights(s ScaleRun, i int, r sim.Result) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return strconv.FormatFloat(sc.FirstSightsPerDecision(r), 'f', 4, 64), nil
+	return firstSightsOf(sc, r), nil
+}
+
+// firstSightsOf prints the first sights per decision of r, a result at
+// scale sc, to four decimals as the commands per decision beside it.
+func firstSightsOf(sc sim.Scaled, r sim.Result) string {
+	return strconv.FormatFloat(sc.FirstSightsPerDecision(r), 'f', 4, 64)
 }
 
 // at returns the i-th scale of s, counted from the end when i < 0.
