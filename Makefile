@@ -5,7 +5,7 @@ GO ?= go
 # be run alone (make vet); a new stage is its target plus its name here.
 STAGES = redis cc vet fmt-check alerts race
 
-.PHONY: test $(STAGES) bench results rls-bench
+.PHONY: test $(STAGES) bench results rls-bench image image-test
 
 # Each stage runs in a make of its own, so that make test can say which
 # stage runs, how long each took and which one failed. MAKELEVEL=0 keeps
@@ -59,9 +59,11 @@ alerts:
 	cd metrics/alerts && promtool check rules hybridlimit.rules.yml && promtool test rules hybridlimit.rules.test.yml
 
 # bench/ is a module of its own (it pulls in the peers it is measured
-# against), which ./... leaves out.
+# against), which ./... leaves out. vet builds what it checks with the race
+# detector, as the race stage's tests are built: the packages it compiles
+# are then the tests' too, found in the build cache, not compiled twice.
 vet:
-	$(GO) vet ./...
+	$(GO) vet -race ./...
 	cd bench && $(GO) vet ./...
 
 # gofmt from the toolchain GO names, not whichever is on PATH (or none: an
@@ -69,14 +71,27 @@ vet:
 fmt-check:
 	@out="$$("$$($(GO) env GOROOT)/bin/gofmt" -l .)" || exit 1; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The hybrid limiter's suite runs a second time with every key's allowance
-# spread over per-CPU counters, which only hot keys get by default (of the
-# fleet failover tests, only the master's death: each takes ~15 s).
+# The race stage runs three passes at once: most of the suite's time is
+# spent waiting on Redis, on other processes and on clocks, not on the CPU,
+# and vet has compiled what they share. The fleet failover tests of sync
+# (several processes and a cluster of their own each, some 15 s apiece)
+# run apart from the rest of the suite. The hybrid limiter's suite runs a
+# second time with every key's allowance spread over per-CPU counters,
+# which only hot keys get by default (of the fleet failover tests, only a
+# master's death). The two passes' output follows the first's; any pass
+# failing fails the stage.
 # HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
 # instead of skipping them.
+RACE = HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m
 race:
-	HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m ./...
-	HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m -tags hybridlimit_stripeall -skip 'TestFleetFailover/(stop3s|failover)' ./sync/
+	@fleet=$$(mktemp); stripes=$$(mktemp); \
+	$(RACE) -run 'TestFleetFailover' ./sync/ >$$fleet 2>&1 & f=$$!; \
+	$(RACE) -tags hybridlimit_stripeall -skip 'TestFleetFailover/(stop3s|failover)' ./sync/ >$$stripes 2>&1 & s=$$!; \
+	$(RACE) -skip 'TestFleetFailover' ./...; rc=$$?; \
+	wait $$f; rf=$$?; wait $$s; rs=$$?; \
+	echo "== ./sync/, the fleet failover tests:"; cat $$fleet; \
+	echo "== ./sync/ built with -tags hybridlimit_stripeall:"; cat $$stripes; \
+	rm -f $$fleet $$stripes; [ $$rc -eq 0 ] && [ $$rf -eq 0 ] && [ $$rs -eq 0 ]
 
 # make bench: ours next to the peers (x/time/rate, uber ratelimit,
 # redis_rate) on one loopback Redis; writes bench/RESULTS.md.
@@ -93,3 +108,44 @@ results: redis
 # (built from rls/reference) on one Redis; writes its section of docs/rls.md.
 rls-bench: redis
 	$(GO) test -count=1 -timeout 15m -run TestSideBySide ./cmd/rls/ -rls.sidebyside=$(CURDIR)/docs/rls.md
+
+# make image: the rate limit service's container image (deploy/Containerfile),
+# tagged $(IMAGE), with podman or else buildah (Debian's podman, installed
+# when neither is there, as root). The build context is made here: the
+# static binary and the CA bundle, so nothing is pulled from a registry.
+# Images go to the vfs storage driver, which needs neither fuse nor
+# overlay: list them with podman --storage-driver vfs images. RLS_BINARY
+# names a static binary to ship instead of building one (the tests pass
+# the one they test).
+IMAGE ?= localhost/hybridlimit/rls:dev
+IMAGE_STORAGE ?= vfs
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	@command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman >/dev/null; \
+		else \
+			echo "neither podman nor buildah is installed: install one (apt-get install -y podman) and re-run" >&2; exit 1; \
+		fi; }
+	@test -r $(CA_BUNDLE) || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null; \
+		else \
+			echo "$(CA_BUNDLE) is missing: install ca-certificates and re-run" >&2; exit 1; \
+		fi; }
+	@ctx=$$(mktemp -d) && trap 'rm -rf "$$ctx"' EXIT && \
+	if [ -n "$(RLS_BINARY)" ]; then cp "$(RLS_BINARY)" "$$ctx/rls"; \
+	else CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o "$$ctx/rls" ./cmd/rls; fi && \
+	cp $(CA_BUNDLE) "$$ctx/ca-certificates.crt" && \
+	if command -v podman >/dev/null 2>&1; then \
+		podman --storage-driver $(IMAGE_STORAGE) build --quiet -f deploy/Containerfile -t $(IMAGE) "$$ctx"; \
+	else \
+		buildah --storage-driver $(IMAGE_STORAGE) bud --quiet -f deploy/Containerfile -t $(IMAGE) "$$ctx"; \
+	fi
+	@echo "built $(IMAGE)"
+
+# make image-test: builds the image (installing podman if need be) and runs
+# its entrypoint from the image's own filesystem as user 65534 against a
+# real redis-server (cmd/rls TestImage).
+image-test: redis image
+	HYBRIDLIMIT_REQUIRE_IMAGE=1 HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -count=1 -run TestImage -v ./cmd/rls/

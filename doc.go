@@ -1,7 +1,10 @@
 // Package hybridlimit holds the vocabulary shared by every limiter in this
 // module: the Limit a caller asks for, the Result a limiter answers with, the
-// narrow Redis interface the distributed limiters depend on, and the Keyspace
-// that names every key they write.
+// Limiter interface they all satisfy (with Refunder, Peeker, Resetter and
+// Describer for what a limiter can do beyond deciding), the FailurePolicy for
+// when a limit cannot be checked, the ErrorClass and Histogram of their
+// metrics, the narrow Redis interface the distributed limiters depend on, and
+// the Keyspace that names every key they write.
 //
 // The limiters themselves live in sub-packages:
 //

@@ -17,9 +17,18 @@ type Result struct {
 	// Source says where the decision came from: local state, a Redis round
 	// trip made during the call, or the failure policy. SourceUnknown (the
 	// zero value) when the limiter does not say: the in-process limiters
-	// of package local used directly (httplimit.Local says SourceLocal), a
+	// of package local used directly (rules.Local says SourceLocal), a
 	// custom limiter, or a Result built by hand.
 	Source Source
+	// FailedClosed reports a denial by a failure policy the user chose to
+	// refuse what it cannot check (FailClosed): Redis could not be
+	// asked, and no limit was looked at. Front ends answer it as the
+	// service's outage (HTTP 503, gRPC Unavailable). Every other denial,
+	// a fallback share's (FallbackLocal) included, is a limit's: 429,
+	// ResourceExhausted. Only ever true with Source SourceFallback and
+	// Allowed false; false in the zero value, so a limiter that does not
+	// set it denies as a limit does.
+	FailedClosed bool
 	// Remaining is how many more cost units could be admitted right now,
 	// after this decision: 0 when the limit is exhausted, never negative.
 	// For the hybrid limiter it is the best knowledge of this instance.
@@ -54,7 +63,8 @@ const (
 	SourceGlobal
 	// SourceFallback: decided by the failure policy because Redis could
 	// not be asked (the hybrid limiter's breaker open, or its key table
-	// full): the local fallback share, fail-open or fail-closed.
+	// full): the local fallback share, fail-open or fail-closed (whose
+	// denials say FailedClosed).
 	SourceFallback
 	// NumSources is the number of sources, for arrays indexed by them.
 	NumSources

@@ -28,9 +28,9 @@ func TestSourceString(t *testing.T) {
 	}
 }
 
-// TestResultSize pins the size of Result: Source sits in the padding after
-// Allowed, so it costs the hybrid limiter's fast path no extra bytes to
-// return.
+// TestResultSize pins the size of Result: Source and FailedClosed sit in
+// the padding after Allowed, so they cost the hybrid limiter's fast path no
+// extra bytes to return.
 func TestResultSize(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("sizes pinned for 64-bit platforms")

@@ -100,6 +100,27 @@ func (l *Limiter) Algorithm() Algorithm {
 	return l.alg
 }
 
+// Traits says what the Limiter is: an exact limiter of its algorithm's
+// shape. A nil or zero Limiter, which cannot decide, says nothing.
+func (l *Limiter) Traits() hybridlimit.Traits { return l.Algorithm().Traits() }
+
+// Traits are the Traits of an exact limiter running a (this package's, or
+// sharding.Global); zero for an unknown algorithm.
+func (a Algorithm) Traits() hybridlimit.Traits {
+	t := hybridlimit.Traits{Kind: "global"}
+	switch a {
+	case TokenBucket, GCRA:
+		t.Shape = hybridlimit.ShapeTokens
+	case FixedWindow:
+		t.Shape = hybridlimit.ShapeFixedWindow
+	case SlidingWindow, SlidingLog:
+		t.Shape = hybridlimit.ShapeSliding
+	default:
+		return hybridlimit.Traits{}
+	}
+	return t
+}
+
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
 	return l.decide(ctx, 0, key, limit, 1, scripts.Spend)

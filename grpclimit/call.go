@@ -151,19 +151,6 @@ func Static(key string) KeyFunc {
 	return func(*Call) (string, bool) { return key, key != "" }
 }
 
-// Join combines key functions into one key, such as a quota per API key
-// per method: Join(MetadataDigest("x-api-key"), Method()). The rule
-// applies only when every part does. Parts are joined by '|', and '|' and
-// '\' inside a part are escaped, so distinct combinations never make the
-// same key.
-func Join(parts ...KeyFunc) KeyFunc {
-	fs := make([]func(*Call) (string, bool), len(parts))
-	for i, p := range parts {
-		fs[i] = p
-	}
-	return ruleset.Join(fs...)
-}
-
 // Methods matches calls to the named methods: full names such as
 // "/pkg.Service/Method", or a service followed by "/*" for all its
 // methods. Example: Exempt: Methods("/grpc.health.v1.Health/*").

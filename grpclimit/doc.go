@@ -6,16 +6,19 @@
 // before a retry may pass) and a google.rpc.QuotaFailure naming the
 // violated policy.
 //
-// The rules are those of package httplimit, evaluated by the same engine:
-// each names a Limiter (the hybrid limiter of package sync, an exact
-// limiter of package global or sharding, an in-process Local), a Limit or
-// a LimitFunc, a KeyFunc, a cost, exemptions, a shadow flag and a failure
-// policy. Rules run in order until one rejects the call, and a call costs
-// a rule only if it is admitted: what the rules before a rejection spent
-// is given back to their limiters (see httplimit.Middleware.Check). A
-// FailClosed rule whose limiter failed, or a limiter whose own failure
-// policy denied, answers codes.Unavailable with a RetryInfo. A stream is
-// one call, checked when it opens.
+// A Rule is the rule of package rules that httplimit also serves,
+// evaluated by the same engine: each names a Limiter (the hybrid limiter
+// of package sync, an exact limiter of package global or sharding, an
+// in-process rules.Local), a Limit or a LimitFunc, a KeyFunc, a cost,
+// exemptions, a shadow flag and a failure policy. Rules run in order until
+// one rejects the call, and a call costs a rule only if it is admitted:
+// what the rules before a rejection spent is given back to their limiters
+// (see package rules). A
+// FailClosed rule whose limiter failed, or a limiter whose own FailClosed
+// policy denied (Result.FailedClosed), answers codes.Unavailable with a
+// RetryInfo; a denial by the hybrid limiter's fallback share, Redis being
+// out of reach, is a limit's: codes.ResourceExhausted. A stream is one
+// call, checked when it opens.
 //
 // Every response carries the rate-limit state in its header metadata,
 // "ratelimit-policy" and "ratelimit", valued as the HTTP fields of

@@ -17,120 +17,27 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/ruleset"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
-// The types grpclimit shares with httplimit; see there.
-type (
-	// Limiter decides a rule's calls; see httplimit.Limiter.
-	Limiter = ruleset.Limiter
-	// Local adapts a *local.Table; see httplimit.Local.
-	Local = ruleset.Local
-	// FailurePolicy says what a rule does when its Limiter fails.
-	FailurePolicy = ruleset.FailurePolicy
-	// Outcome is what one rule made of one call.
-	Outcome = ruleset.Outcome
-	// Policy is one rule's state as the response reports it.
-	Policy = ruleset.Policy
-	// Stats is a snapshot of an Interceptor's counters: calls by fate
-	// (Limited is ResourceExhausted, Unavailable is Unavailable), the
-	// check-duration histogram, and per rule its outcomes and errors.
-	Stats = ruleset.Stats
-)
-
-// The outcomes, as Stats counts them per rule; see httplimit.Outcome.
-const (
-	OutcomeAllowed      = ruleset.OutcomeAllowed
-	OutcomeDenied       = ruleset.OutcomeDenied
-	OutcomeShadowDenied = ruleset.OutcomeShadowDenied
-	OutcomeExempt       = ruleset.OutcomeExempt
-	OutcomeNoKey        = ruleset.OutcomeNoKey
-	OutcomeErrorOpen    = ruleset.OutcomeErrorOpen
-	OutcomeErrorClosed  = ruleset.OutcomeErrorClosed
-	OutcomeSkipped      = ruleset.OutcomeSkipped
-	OutcomeRefunded     = ruleset.OutcomeRefunded
-	OutcomeUnrefunded   = ruleset.OutcomeUnrefunded
-)
-
-// The failure policies.
-const (
-	// FailOpen (the default) lets the call through as far as the rule is
-	// concerned.
-	FailOpen = ruleset.FailOpen
-	// FailClosed rejects the call with codes.Unavailable.
-	FailClosed = ruleset.FailClosed
-)
-
-// NewLocal returns a Local deciding with t; see httplimit.NewLocal.
-func NewLocal(t *local.Table) (*Local, error) {
-	l, err := ruleset.NewLocal(t)
-	if err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	return l, nil
-}
-
-// A Rule is one quota policy: Limit per key, the key being what Key returns
-// for the call. The fields mean what httplimit.Rule's do, for a Call
-// instead of an *http.Request.
-type Rule struct {
-	// Name names the policy in the response metadata, the QuotaFailure
-	// detail, logs and metrics, and keeps its keys apart from other
-	// rules'. Printable ASCII, 1 to 64 bytes, unique among the rules.
-	Name string
-	// Limiter decides. Rules may share one. New refuses nil, typed-nil and
-	// zero-value limiters of this module.
-	Limiter Limiter
-	// Limit is the quota. Required unless LimitFunc is set.
-	Limit hybridlimit.Limit
-	// LimitFunc, when set, gives the limit per call, such as a plan
-	// tier's; an invalid one is an error of the rule (OnError decides).
-	LimitFunc func(c *Call) hybridlimit.Limit
-	// Key says whose quota a call spends; see KeyFunc.
-	Key KeyFunc
-	// Cost is what a call spends, 1 to Limit.Burst; 0 means 1.
-	Cost int64
-	// CostFunc, when set, replaces Cost per call; below 1 skips the rule.
-	CostFunc func(c *Call) int64
-	// Shadow counts and logs the rule's decisions but never rejects a
-	// call for it.
-	Shadow bool
-	// Match, when set, limits the rule to the calls it returns true for:
-	// Match: Methods("/shop.Orders/Create").
-	Match func(c *Call) bool
-	// Exempt, when set, lets calls for which it returns true bypass the
-	// rule: Exempt: Methods("/grpc.health.v1.Health/*").
-	Exempt func(c *Call) bool
-	// OnError is the rule's failure policy (default FailOpen).
-	OnError FailurePolicy
-	// FailRetry is the RetryInfo delay sent when OnError is FailClosed and
-	// the Limiter failed; 0 means one second.
-	FailRetry time.Duration
-}
-
-func specs(rules []Rule) []ruleset.Spec[*Call] {
-	out := make([]ruleset.Spec[*Call], len(rules))
-	for i, r := range rules {
-		out[i] = ruleset.Spec[*Call]{
-			Name: r.Name, Limiter: r.Limiter, Limit: r.Limit, LimitFunc: r.LimitFunc, Key: r.Key, Cost: r.Cost,
-			CostFunc: r.CostFunc, Shadow: r.Shadow, Match: r.Match, Exempt: r.Exempt, OnError: r.OnError, FailRetry: r.FailRetry,
-		}
-	}
-	return out
-}
-
-// ErrInvalidRule is wrapped by the errors New and Reload return for an
-// invalid rule.
-var ErrInvalidRule = ruleset.ErrInvalidRule
+// A Rule is one quota policy of the interceptors: Limit per key, the key
+// being what Key returns for the call (a KeyFunc, such as Method or
+// Metadata). It is the gRPC instance of the rule all front ends share; see
+// rules.Rule for its fields. A call an enforced rule denies fails with
+// ResourceExhausted and a RetryInfo; one whose limit could not be checked
+// (OnError FailClosed, or a limiter's own FailClosed policy) with
+// Unavailable. rules.OutcomeMisconfigured is HTTP's alone (a route key where no
+// route is known): an Interceptor never counts it.
+type Rule = rules.Rule[*Call]
 
 // Decision is the interceptor's verdict on one call.
 type Decision struct {
 	// Code is codes.OK when the call may proceed, codes.ResourceExhausted
-	// when an enforced rule denied it, and codes.Unavailable when a
-	// FailClosed rule's limiter failed, or a limiter's own failure policy
-	// denied.
+	// when an enforced rule denied it (its limiter's fallback share
+	// included), and codes.Unavailable when a FailClosed rule's limiter
+	// failed, or a limiter's own FailClosed policy denied
+	// (Result.FailedClosed).
 	Code codes.Code
 	// RetryAfter is how long the client should wait, as the RetryInfo
 	// detail says: 0 when the call may proceed, or when no wait admits
@@ -138,7 +45,7 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Policies are the rules the response metadata reports, tightest
 	// first.
-	Policies []Policy
+	Policies []rules.Policy
 	// Violated names the enforced rule that denied the call.
 	Violated []string
 }
@@ -153,7 +60,7 @@ type Interceptor struct {
 
 // New returns an Interceptor enforcing rules, in the given order. It
 // rejects invalid rules with an error naming the rule and field and
-// wrapping ErrInvalidRule.
+// wrapping rules.ErrInvalidRule.
 func New(rules []Rule, opts ...Option) (*Interceptor, error) {
 	cfg := config{logger: slog.New(slog.DiscardHandler), headers: true}
 	for _, o := range opts {
@@ -164,7 +71,7 @@ func New(rules []Rule, opts ...Option) (*Interceptor, error) {
 			return nil, err
 		}
 	}
-	eng, err := ruleset.New(specs(rules), cfg.logger.With("component", "grpclimit"), func(c *Call) string { return c.FullMethod })
+	eng, err := ruleset.New(rules, cfg.logger.With("component", "grpclimit"), func(c *Call) string { return c.FullMethod })
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
@@ -175,7 +82,7 @@ func New(rules []Rule, opts ...Option) (*Interceptor, error) {
 // does: limiters keep their state, rules that keep their name their
 // counters, and invalid rules change nothing.
 func (i *Interceptor) Reload(rules []Rule) error {
-	if err := i.eng.Reload(specs(rules)); err != nil {
+	if err := i.eng.Reload(rules); err != nil {
 		return fmt.Errorf("grpclimit: %w", err)
 	}
 	return nil
@@ -205,7 +112,7 @@ func (i *Interceptor) ResetCall(ctx context.Context, rule string, c *Call) error
 }
 
 // Stats returns a snapshot of the counters.
-func (i *Interceptor) Stats() Stats { return i.eng.Stats() }
+func (i *Interceptor) Stats() rules.Stats { return i.eng.Stats() }
 
 // Check evaluates the rules for c and returns the verdict, as the
 // interceptors do, without answering anything. It returns an error only
@@ -214,7 +121,7 @@ func (i *Interceptor) Check(c *Call) (Decision, error) {
 	if c == nil || c.Ctx == nil {
 		return Decision{}, errors.New("grpclimit: nil call or context")
 	}
-	d, err := i.eng.Check(c.Ctx, c)
+	d, err := i.eng.Check(c.Ctx, c, ruleset.Options[*Call]{AllPolicies: i.cfg.reportAll})
 	if err != nil {
 		return Decision{}, err
 	}
@@ -224,9 +131,6 @@ func (i *Interceptor) Check(c *Call) (Decision, error) {
 		out.Code = codes.ResourceExhausted
 	case ruleset.Unavailable:
 		out.Code = codes.Unavailable
-	}
-	if len(out.Policies) > 1 && !i.cfg.reportAll {
-		out.Policies = out.Policies[:1:1]
 	}
 	return out, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/grpclimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -62,13 +63,13 @@ func serve(t *testing.T, ic *grpclimit.Interceptor) healthpb.HealthClient {
 	return healthpb.NewHealthClient(conn)
 }
 
-func newLocal(t *testing.T) *grpclimit.Local {
+func newLocal(t *testing.T) *rules.Local {
 	t.Helper()
 	tbl, err := local.NewTable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := grpclimit.NewLocal(tbl)
+	l, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestMetadataKeyAndRefund(t *testing.T) {
 	if got := hdr.Get("ratelimit"); len(got) != 1 || !strings.Contains(got[0], `"per-method";r=7`) {
 		t.Errorf("per-method after 2 admitted, 4 denied and refunded, 1 more: %q, want r=7", got)
 	}
-	if o := ic.Stats().Rules[0].Outcomes; o[grpclimit.OutcomeRefunded] != 4 {
+	if o := ic.Stats().Rules[0].Outcomes; o[rules.OutcomeRefunded] != 4 {
 		t.Errorf("per-method outcomes %v, want 4 refunded", o)
 	}
 	// The secret never reaches Redis key names.
@@ -248,7 +249,7 @@ func TestUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, policy := range []grpclimit.FailurePolicy{grpclimit.FailOpen, grpclimit.FailClosed} {
+	for _, policy := range []hybridlimit.FailurePolicy{hybridlimit.FailOpen, hybridlimit.FailClosed} {
 		ic, err := grpclimit.New([]grpclimit.Rule{{Name: "exact", Limiter: down, Limit: hybridlimit.PerMinute(10),
 			Key: grpclimit.Static("k"), OnError: policy, FailRetry: 3 * time.Second}})
 		if err != nil {
@@ -256,7 +257,7 @@ func TestUnavailable(t *testing.T) {
 		}
 		client := serve(t, ic)
 		_, err = client.Check(t.Context(), &healthpb.HealthCheckRequest{})
-		if policy == grpclimit.FailOpen {
+		if policy == hybridlimit.FailOpen {
 			if err != nil {
 				t.Errorf("fail open: %v", err)
 			}
@@ -268,6 +269,57 @@ func TestUnavailable(t *testing.T) {
 		if retry, _ := details(t, err); retry != 3*time.Second {
 			t.Errorf("fail closed: RetryInfo %v, want 3s", retry)
 		}
+	}
+}
+
+// answering is a Limiter that always answers its Result.
+type answering hybridlimit.Result
+
+func (a answering) AllowN(_ context.Context, _ string, limit hybridlimit.Limit, _ int64) (hybridlimit.Result, error) {
+	r := hybridlimit.Result(a)
+	r.Limit = limit
+	return r, nil
+}
+
+// TestFailurePolicyDenials: a hybrid limiter's fallback share denying
+// (Redis out of reach, the share exhausted) is over a limit:
+// ResourceExhausted with a RetryInfo of its wait, a QuotaFailure naming
+// the policy and r=0 with t in the metadata. It was Unavailable. Its
+// FailClosed policy denying (Result.FailedClosed) is Unavailable.
+func TestFailurePolicyDenials(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, tt := range []struct {
+		name  string
+		res   hybridlimit.Result
+		code  codes.Code
+		state string
+	}{
+		{"fallback share", hybridlimit.Result{Source: hybridlimit.SourceFallback, Remaining: 1, RetryAfter: 2 * time.Second},
+			codes.ResourceExhausted, `"per-peer";r=0;t=2`},
+		{"fail closed", hybridlimit.Result{Source: hybridlimit.SourceFallback, FailedClosed: true, RetryAfter: 2 * time.Second},
+			codes.Unavailable, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ic, err := grpclimit.New([]grpclimit.Rule{{Name: "per-peer", Limiter: answering(tt.res), Limit: hybridlimit.PerMinute(10), Key: grpclimit.PeerIP()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hdr metadata.MD
+			_, err = serve(t, ic).Check(t.Context(), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+			if status.Code(err) != tt.code {
+				t.Fatalf("call: %v, want %v", err, tt.code)
+			}
+			retry, subjects := details(t, err)
+			if retry != 2*time.Second {
+				t.Errorf("RetryInfo %v, want 2s", retry)
+			}
+			if tt.code == codes.ResourceExhausted && (len(subjects) != 1 || subjects[0] != "per-peer") {
+				t.Errorf("QuotaFailure %q, want per-peer", subjects)
+			}
+			if got := strings.Join(hdr.Get("ratelimit"), ","); got != tt.state {
+				t.Errorf("ratelimit metadata %q, want %q", got, tt.state)
+			}
+		})
 	}
 }
 
@@ -309,12 +361,12 @@ func TestNewRejects(t *testing.T) {
 		{grpclimit.Rule{Name: "a", Limiter: newLocal(t), Limit: hybridlimit.PerSecond(1)}, "Key: nil"},
 		{grpclimit.Rule{Name: "", Limiter: newLocal(t), Limit: hybridlimit.PerSecond(1), Key: grpclimit.Method()}, "Name: empty"},
 	} {
-		if _, err := grpclimit.New([]grpclimit.Rule{tt.r}); !errors.Is(err, grpclimit.ErrInvalidRule) || !strings.Contains(err.Error(), tt.want) ||
+		if _, err := grpclimit.New([]grpclimit.Rule{tt.r}); !errors.Is(err, rules.ErrInvalidRule) || !strings.Contains(err.Error(), tt.want) ||
 			!strings.HasPrefix(err.Error(), "grpclimit: ") {
 			t.Errorf("New(%+v) = %v, want one naming %q", tt.r, err, tt.want)
 		}
 	}
-	if _, err := grpclimit.NewLocal(new(local.Table)); err == nil {
+	if _, err := rules.NewLocal(new(local.Table)); err == nil {
 		t.Error("NewLocal of a zero table succeeded")
 	}
 }
@@ -334,7 +386,7 @@ func TestKeys(t *testing.T) {
 		{"metadata", grpclimit.Metadata("X-Tenant"), "acme", true},
 		{"missing metadata", grpclimit.Metadata("x-none"), "", false},
 		{"bearer digest", grpclimit.MetadataDigest("authorization"), "", true},
-		{"join", grpclimit.Join(grpclimit.Metadata("x-tenant"), grpclimit.Static("a|b")), `acme|a\|b`, true},
+		{"join", rules.Join(grpclimit.Metadata("x-tenant"), grpclimit.Static("a|b")), `acme|a\|b`, true},
 		{"no peer", grpclimit.PeerIP(), "", false},
 	} {
 		got, ok := tt.k(c)

@@ -12,45 +12,61 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // BenchmarkMiddlewareHandler measures the middleware's own cost around
-// in-process limiters: key extraction, three decisions, the fields.
+// in-process limiters: key extraction, three decisions, the fields. With
+// next=mux it wraps a ServeMux, which it asks for each request's pattern
+// (the mux routes the request again when it serves it).
 func BenchmarkMiddlewareHandler(b *testing.B) {
 	tbl, err := local.NewTable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	loc, _ := NewLocal(tbl)
+	loc, _ := rules.NewLocal(tbl)
 	huge := hybridlimit.PerSecond(1 << 40)
 	m, err := New([]Rule{
 		{Name: "per-ip", Limiter: loc, Limit: huge, Key: IP(nil)},
 		{Name: "per-key", Limiter: loc, Limit: huge, Key: APIKey("X-API-Key")},
-		{Name: "per-route", Limiter: loc, Limit: huge, Key: Join(Method(), Path())},
+		{Name: "per-route", Limiter: loc, Limit: huge, Key: rules.Join(Method(), Path())},
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for _, clients := range []int{1, 1000} {
-		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
-			reqs := make([]*http.Request, clients)
-			for i := range reqs {
-				reqs[i] = httptest.NewRequest("GET", "/items", nil)
-				reqs[i].RemoteAddr = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ":1"
-				reqs[i].Header.Set("X-API-Key", "key-"+strconv.Itoa(i))
-			}
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				w := httptest.NewRecorder()
-				i := 0
-				for pb.Next() {
-					clear(w.Header())
-					h.ServeHTTP(w, reqs[i%clients])
-					i++
-				}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /items/{id}", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("POST /items", func(http.ResponseWriter, *http.Request) {})
+	for _, next := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"func", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})},
+		{"mux", mux},
+	} {
+		h := m.Handler(next.h)
+		for _, clients := range []int{1, 1000} {
+			b.Run("next="+next.name+"/clients="+strconv.Itoa(clients), func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					// Requests of its own: a router writes r.Pattern.
+					reqs := make([]*http.Request, clients)
+					for i := range reqs {
+						reqs[i] = httptest.NewRequest("GET", "/items", nil)
+						reqs[i].RemoteAddr = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ":1"
+						reqs[i].Header.Set("X-API-Key", "key-"+strconv.Itoa(i))
+					}
+					w := httptest.NewRecorder()
+					i := 0
+					for pb.Next() {
+						clear(w.Header())
+						h.ServeHTTP(w, reqs[i%clients])
+						i++
+					}
+				})
 			})
-		})
+		}
 	}
 }
 

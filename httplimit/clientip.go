@@ -66,7 +66,7 @@ type ClientIP struct {
 	// TrustUnixPeer trusts a peer that has no IP address as a proxy: one
 	// connected over a Unix socket, for which net/http sets RemoteAddr to
 	// "@". Without it such a request has no client address, and IP rules
-	// do not apply to it (OutcomeNoKey). Set it when only your proxy can
+	// do not apply to it (rules.OutcomeNoKey). Set it when only your proxy can
 	// reach the socket.
 	TrustUnixPeer bool
 }

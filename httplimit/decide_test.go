@@ -12,13 +12,14 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
 var limit10 = hybridlimit.PerMinute(10)
 
 // testRule returns a rule of limit10 on a static key, edited.
-func testRule(name string, l Limiter, edit ...func(*Rule)) Rule {
+func testRule(name string, l hybridlimit.Limiter, edit ...func(*Rule)) Rule {
 	r := Rule{Name: name, Limiter: l, Limit: limit10, Key: Static("k")}
 	for _, e := range edit {
 		e(&r)
@@ -40,7 +41,7 @@ func TestCheck(t *testing.T) {
 	}
 	rule := testRule
 	shadow := func(r *Rule) { r.Shadow = true }
-	closed := func(r *Rule) { r.OnError = FailClosed }
+	closed := func(r *Rule) { r.OnError = hybridlimit.FailClosed }
 	exempt := func(r *Rule) { r.Exempt = func(*http.Request) bool { return true } }
 	nokey := func(r *Rule) { r.Key = Header("X-None") }
 	tests := []row{
@@ -97,19 +98,35 @@ func TestCheck(t *testing.T) {
 			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
 		},
 		{
-			name:   "a failure policy's denial is 503, not a violation",
-			rules:  []Rule{rule("b", answer(allowed(4, time.Second), nil)), rule("down", answer(fallbackDenied(2*time.Second), nil))},
+			name:   "a FailClosed policy's denial is 503, not a violation",
+			rules:  []Rule{rule("b", answer(allowed(4, time.Second), nil)), rule("down", answer(failedClosed(2*time.Second), nil))},
 			status: 503, retry: 2 * time.Second, reported: []string{"b"}, remainings: []int64{4},
 		},
 		{
-			name:   "a failure policy's denial waits at least FailRetry",
-			rules:  []Rule{rule("down", answer(fallbackDenied(time.Millisecond), nil), func(r *Rule) { r.FailRetry = 3 * time.Second })},
+			name:   "a FailClosed policy's denial waits at least FailRetry",
+			rules:  []Rule{rule("down", answer(failedClosed(time.Millisecond), nil), func(r *Rule) { r.FailRetry = 3 * time.Second })},
 			status: 503, retry: 3 * time.Second,
 		},
 		{
-			name:   "a denial before a failure policy's denial",
-			rules:  []Rule{rule("b", answer(denied(7*time.Second, time.Minute), nil)), rule("down", answer(fallbackDenied(time.Minute), nil))},
+			name:   "a denial before a FailClosed policy's denial",
+			rules:  []Rule{rule("b", answer(denied(7*time.Second, time.Minute), nil)), rule("down", answer(failedClosed(time.Minute), nil))},
 			status: 429, retry: 7 * time.Second, reported: []string{"b"}, violated: []string{"b"}, remainings: []int64{0},
+		},
+		{
+			name:   "a fallback share's denial is a limit's, reported with nothing left",
+			rules:  []Rule{rule("b", answer(allowed(4, time.Second), nil)), rule("share", answer(fallbackDenied(2*time.Second), nil))},
+			opts:   []Option{WithAllPolicies()},
+			status: 429, retry: 2 * time.Second, reported: []string{"share", "b"}, violated: []string{"share"}, remainings: []int64{0, 4},
+		},
+		{
+			name:   "a fallback share's denial keeps its own wait, shorter than FailRetry",
+			rules:  []Rule{rule("share", answer(fallbackDenied(200*time.Millisecond), nil), func(r *Rule) { r.FailRetry = 3 * time.Second })},
+			status: 429, retry: 200 * time.Millisecond, reported: []string{"share"}, violated: []string{"share"}, remainings: []int64{0},
+		},
+		{
+			name:   "a fallback share's denial that names no wait waits FailRetry",
+			rules:  []Rule{rule("share", answer(fallbackDenied(0), nil), func(r *Rule) { r.FailRetry = 3 * time.Second })},
+			status: 429, retry: 3 * time.Second, reported: []string{"share"}, violated: []string{"share"}, remainings: []int64{0},
 		},
 		{
 			name:   "a failure policy's admission is not reported",
@@ -117,8 +134,13 @@ func TestCheck(t *testing.T) {
 			status: 200, reported: []string{"b"}, remainings: []int64{4},
 		},
 		{
-			name:   "shadow failure policy's denial passes",
-			rules:  []Rule{rule("down", answer(fallbackDenied(time.Second), nil), shadow)},
+			name:   "shadow FailClosed policy's denial passes",
+			rules:  []Rule{rule("down", answer(failedClosed(time.Second), nil), shadow)},
+			status: 200,
+		},
+		{
+			name:   "shadow fallback share's denial passes",
+			rules:  []Rule{rule("share", answer(fallbackDenied(time.Second), nil), shadow)},
 			status: 200,
 		},
 		{
@@ -179,19 +201,22 @@ func TestCheckCounts(t *testing.T) {
 			rule("exempt", answer(allowed(1, 0), nil), func(r *Rule) { r.Exempt = Methods("GET") }),
 			rule("nokey", answer(allowed(1, 0), nil), func(r *Rule) { r.Key = Header("X-None") }),
 			rule("skipped", answer(allowed(1, 0), nil), func(r *Rule) { r.Match = Methods("POST") }),
-			rule("fallback-shadow", answer(fallbackDenied(time.Second), nil), shadow),
+			rule("fallback-shadow", answer(failedClosed(time.Second), nil), shadow),
+			rule("share-shadow", answer(fallbackDenied(time.Second), nil), shadow),
 		},
 		{rule("kept", answer(allowed(1, 0), nil)), rule("given", refunding(allowed(1, 0))), rule("deny", answer(denied(time.Second, 0), nil))},
-		{rule("closed", answer(hybridlimit.Result{}, hlsync.ErrClosed), func(r *Rule) { r.OnError = FailClosed })},
-		{rule("fallback", answer(fallbackDenied(time.Second), nil))},
+		{rule("closed", answer(hybridlimit.Result{}, hlsync.ErrClosed), func(r *Rule) { r.OnError = hybridlimit.FailClosed })},
+		{rule("fallback", answer(failedClosed(time.Second), nil))},
+		{rule("share", answer(fallbackDenied(time.Second), nil))},
 	}
-	want := map[string]Outcome{"ok": OutcomeAllowed, "deny": OutcomeDenied, "shadow": OutcomeShadowDenied,
-		"open": OutcomeErrorOpen, "closed": OutcomeErrorClosed, "exempt": OutcomeExempt, "nokey": OutcomeNoKey,
-		"skipped": OutcomeSkipped, "fallback": OutcomeErrorClosed, "fallback-shadow": OutcomeErrorOpen,
-		"kept": OutcomeUnrefunded, "given": OutcomeRefunded}
-	fates := [][4]uint64{{3, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 3, 0}, {0, 0, 3, 0}}
-	for i, rules := range lists {
-		m, err := New(rules)
+	want := map[string]rules.Outcome{"ok": rules.OutcomeAllowed, "deny": rules.OutcomeDenied, "shadow": rules.OutcomeShadowDenied,
+		"open": rules.OutcomeErrorOpen, "closed": rules.OutcomeErrorClosed, "exempt": rules.OutcomeExempt, "nokey": rules.OutcomeNoKey,
+		"skipped": rules.OutcomeSkipped, "fallback": rules.OutcomeErrorClosed, "fallback-shadow": rules.OutcomeErrorOpen,
+		"share": rules.OutcomeDenied, "share-shadow": rules.OutcomeShadowDenied,
+		"kept": rules.OutcomeUnrefunded, "given": rules.OutcomeRefunded}
+	fates := [][4]uint64{{3, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 3, 0}, {0, 0, 3, 0}, {0, 3, 0, 0}}
+	for i, list := range lists {
+		m, err := New(list)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +233,7 @@ func TestCheckCounts(t *testing.T) {
 			t.Errorf("list %d: check duration %+v, want 3 observations", i, s.CheckDuration)
 		}
 		for _, rs := range s.Rules {
-			for o := range NumOutcomes {
+			for o := range rules.NumOutcomes {
 				n := uint64(0)
 				if want[rs.Name] == o {
 					n = 3
@@ -222,11 +247,11 @@ func TestCheckCounts(t *testing.T) {
 			}
 			switch rs.Name {
 			case "open":
-				if got := rs.Errors[ErrorUnavailable]; got != 3 {
+				if got := rs.Errors[hybridlimit.ErrorUnavailable]; got != 3 {
 					t.Errorf("open: unavailable errors = %d, want 3", got)
 				}
 			case "closed":
-				if got := rs.Errors[ErrorClosed]; got != 3 {
+				if got := rs.Errors[hybridlimit.ErrorClosed]; got != 3 {
 					t.Errorf("closed: closed errors = %d, want 3", got)
 				}
 			}
@@ -235,7 +260,7 @@ func TestCheckCounts(t *testing.T) {
 }
 
 func TestCheckCanceled(t *testing.T) {
-	l := &fakeLimiter{f: func(string, hybridlimit.Limit, int64) (hybridlimit.Result, error) {
+	l := &fakeLimiter{F: func(string, hybridlimit.Limit, int64) (hybridlimit.Result, error) {
 		return hybridlimit.Result{}, context.Canceled
 	}}
 	m, err := New([]Rule{{Name: "a", Limiter: l, Limit: limit10, Key: Static("k")}})
@@ -258,17 +283,17 @@ func TestCheckCanceled(t *testing.T) {
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		err  error
-		want ErrorClass
+		want hybridlimit.ErrorClass
 	}{
-		{fmt.Errorf("global: %w: x", hybridlimit.ErrUnavailable), ErrorUnavailable},
-		{hlsync.ErrClosed, ErrorClosed},
-		{fmt.Errorf("sync: %w", hybridlimit.ErrInvalidKey), ErrorInvalid},
-		{fmt.Errorf("x: %w", hybridlimit.ErrInvalidLimit), ErrorInvalid},
-		{context.DeadlineExceeded, ErrorCanceled},
-		{errors.New("boom"), ErrorOther},
+		{fmt.Errorf("global: %w: x", hybridlimit.ErrUnavailable), hybridlimit.ErrorUnavailable},
+		{hlsync.ErrClosed, hybridlimit.ErrorClosed},
+		{fmt.Errorf("sync: %w", hybridlimit.ErrInvalidKey), hybridlimit.ErrorInvalid},
+		{fmt.Errorf("x: %w", hybridlimit.ErrInvalidLimit), hybridlimit.ErrorInvalid},
+		{context.DeadlineExceeded, hybridlimit.ErrorCanceled},
+		{errors.New("boom"), hybridlimit.ErrorOther},
 	}
 	for _, tt := range tests {
-		if got := Classify(tt.err); got != tt.want {
+		if got := rules.Classify(tt.err); got != tt.want {
 			t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
@@ -297,7 +322,7 @@ func TestNewRejects(t *testing.T) {
 		r := ok
 		tt.edit(&r)
 		_, err := New([]Rule{ok2(), r})
-		if !errors.Is(err, ErrInvalidRule) || !containsAll(err.Error(), "rules[1]", tt.field+":") {
+		if !errors.Is(err, rules.ErrInvalidRule) || !containsAll(err.Error(), "rules[1]", tt.field+":") {
 			t.Errorf("%s: New = %v, want ErrInvalidRule naming rules[1] and %s", tt.name, err, tt.field)
 		}
 	}
@@ -326,7 +351,7 @@ func TestCostAboveBurstReportsTheQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := NewLocal(tb)
+	lim, err := rules.NewLocal(tb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // An in-process limit of two requests a minute per client IP. With Redis,
@@ -19,7 +20,7 @@ func ExampleMiddleware_Handler() {
 	if err != nil {
 		panic(err)
 	}
-	perProcess, err := httplimit.NewLocal(tbl)
+	perProcess, err := rules.NewLocal(tbl)
 	if err != nil {
 		panic(err)
 	}

@@ -1,11 +1,12 @@
 package httplimit
 
 import (
-	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 )
 
 // Field names.

@@ -111,10 +111,12 @@ func IP(res *ClientIP) KeyFunc {
 }
 
 // Route returns the pattern that net/http's ServeMux matched, such as
-// "GET /items/{id}", so every item shares one quota. ServeMux sets it when
-// it routes, so the middleware must wrap the handlers registered on the mux,
-// not the mux itself; with another router use RouteFunc. The rule does not
-// apply to requests without a pattern.
+// "GET /items/{id}", so every item shares one quota. The middleware finds
+// it around the mux, m.Handler(mux), or inside it, around the handlers
+// registered on it (see Middleware.Handler); with a router that cannot
+// say its pattern, use RouteFunc. The rule does not apply to requests the
+// mux has no route for. Rules see the pattern, not the wildcards:
+// r.PathValue is empty to them around the mux.
 func Route() KeyFunc {
 	return func(r *http.Request) (string, bool) { return r.Pattern, r.Pattern != "" }
 }
@@ -145,16 +147,4 @@ func Method() KeyFunc {
 // Static("search").
 func Static(key string) KeyFunc {
 	return func(*http.Request) (string, bool) { return key, key != "" }
-}
-
-// Join combines key functions into one key, such as a quota per user per
-// route: Join(User(fn), Route()). The rule applies only when every part
-// does. Parts are joined by '|', and '|' and '\' inside a part are escaped,
-// so distinct combinations never make the same key.
-func Join(parts ...KeyFunc) KeyFunc {
-	fs := make([]func(*http.Request) (string, bool), len(parts))
-	for i, p := range parts {
-		fs[i] = p
-	}
-	return ruleset.Join(fs...)
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 type ctxKey struct{}
@@ -61,10 +63,10 @@ func TestKeyFuncs(t *testing.T) {
 		{"path", Path(), nil, "/items/42", true},
 		{"method", Method(), nil, "POST", true},
 		{"static", Static("search"), nil, "search", true},
-		{"join", Join(Method(), Path()), nil, "POST|/items/42", true},
-		{"join escapes", Join(Static(`a|b`), Static(`c\`)), nil, `a\|b|c\\`, true},
-		{"join needs all", Join(Method(), Header("X-Tenant")), nil, "", false},
-		{"join of none", Join(), nil, "", false},
+		{"join", rules.Join(Method(), Path()), nil, "POST|/items/42", true},
+		{"join escapes", rules.Join(Static(`a|b`), Static(`c\`)), nil, `a\|b|c\\`, true},
+		{"join needs all", rules.Join(Method(), Header("X-Tenant")), nil, "", false},
+		{"join of none", rules.Join[*http.Request](), nil, "", false},
 	}
 	for _, tt := range tests {
 		got, ok := tt.kf(req(tt.edit))
@@ -80,13 +82,13 @@ func TestJoinInjective(t *testing.T) {
 	seen := map[string][]string{}
 	r := httptest.NewRequest("GET", "/", nil)
 	for _, parts := range lists {
-		var kfs []KeyFunc
+		var kfs []func(*http.Request) (string, bool)
 		for _, p := range parts {
 			kfs = append(kfs, Static(p))
 		}
-		k, _ := Join(kfs...)(r)
+		k, _ := rules.Join(kfs...)(r)
 		if prev, dup := seen[k]; dup {
-			t.Errorf("Join(%q) = Join(%q) = %q", parts, prev, k)
+			t.Errorf("rules.Join(%q) = rules.Join(%q) = %q", parts, prev, k)
 		}
 		seen[k] = parts
 	}
@@ -106,12 +108,12 @@ func TestLimiterKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"plain|k", `we\|ird\#\\|k`, "long#" + digest(string(make([]byte, 300)))}
-	if len(f.keys) != len(want) {
-		t.Fatalf("keys = %q, want %q", f.keys, want)
+	if len(f.Keys) != len(want) {
+		t.Fatalf("keys = %q, want %q", f.Keys, want)
 	}
 	for i := range want {
-		if f.keys[i] != want[i] {
-			t.Errorf("limiter key %d = %q, want %q", i, f.keys[i], want[i])
+		if f.Keys[i] != want[i] {
+			t.Errorf("limiter key %d = %q, want %q", i, f.Keys[i], want[i])
 		}
 	}
 }

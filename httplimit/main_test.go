@@ -9,36 +9,19 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/httplimit/internal/sfv"
+	"github.com/hybridlimit/hybridlimit/internal/fakelimiter"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// fakeLimiter answers with f, and records the keys it was asked about.
-type fakeLimiter struct {
-	f    func(key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
-	keys []string
-}
+type fakeLimiter = fakelimiter.Limiter
 
-func (l *fakeLimiter) AllowN(_ context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
-	l.keys = append(l.keys, key)
-	return l.f(key, limit, cost)
-}
-
-// newLocal returns a Local on a table of its own.
-func newLocal(tb testing.TB) *Local {
-	tb.Helper()
-	tbl, err := local.NewTable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l, err := NewLocal(tbl)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
+var (
+	answer   = fakelimiter.Answer
+	allowed  = fakelimiter.Allowed
+	newLocal = fakelimiter.NewLocal
+)
 
 // refunder is a fakeLimiter that also takes refunds, and counts them.
 type refunder struct {
@@ -54,26 +37,21 @@ func (l *refunder) Refund(_ context.Context, key string, _ hybridlimit.Limit, _ 
 // refunding returns a refunder that always answers r.
 func refunding(r hybridlimit.Result) *refunder { return &refunder{fakeLimiter: answer(r, nil)} }
 
-// answer returns a fakeLimiter that always answers r (with the limit filled in) and err.
-func answer(r hybridlimit.Result, err error) *fakeLimiter {
-	return &fakeLimiter{f: func(_ string, limit hybridlimit.Limit, _ int64) (hybridlimit.Result, error) {
-		r.Limit = limit
-		return r, err
-	}}
-}
-
-func allowed(remaining int64, reset time.Duration) hybridlimit.Result {
-	return hybridlimit.Result{Allowed: true, Remaining: remaining, ResetAfter: reset}
-}
-
 func denied(retry, reset time.Duration) hybridlimit.Result {
 	return hybridlimit.Result{RetryAfter: retry, ResetAfter: reset}
 }
 
-// fallbackDenied is a hybrid limiter's denial by its failure policy, made
-// because Redis could not be asked.
+// fallbackDenied is a hybrid limiter's denial by its fallback share
+// (hybridlimit.FallbackLocal), made because Redis could not be asked: the share's
+// figures, a fraction of the limit's.
 func fallbackDenied(retry time.Duration) hybridlimit.Result {
-	return hybridlimit.Result{Source: hybridlimit.SourceFallback, RetryAfter: retry}
+	return hybridlimit.Result{Source: hybridlimit.SourceFallback, Remaining: 1, RetryAfter: retry, ResetAfter: 9 * retry}
+}
+
+// failedClosed is a hybrid limiter's denial by its FailClosed policy, made
+// because Redis could not be asked.
+func failedClosed(retry time.Duration) hybridlimit.Result {
+	return hybridlimit.Result{Source: hybridlimit.SourceFallback, FailedClosed: true, RetryAfter: retry, ResetAfter: time.Minute}
 }
 
 // policyItem is one member of RateLimit-Policy or RateLimit, parsed.

@@ -74,31 +74,3 @@ func HeaderValues(name string, values ...string) func(*http.Request) bool {
 		return match == 1
 	}
 }
-
-// AnyOf matches a request that any of the functions matches; nil
-// functions are ignored.
-func AnyOf(fns ...func(*http.Request) bool) func(*http.Request) bool {
-	fns = append([]func(*http.Request) bool(nil), fns...)
-	return func(r *http.Request) bool {
-		for _, f := range fns {
-			if f != nil && f(r) {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// AllOf matches a request that every function matches; nil functions are
-// ignored. Example: Rule.Match = AllOf(Methods("POST"), PathPrefixes("/upload")).
-func AllOf(fns ...func(*http.Request) bool) func(*http.Request) bool {
-	fns = append([]func(*http.Request) bool(nil), fns...)
-	return func(r *http.Request) bool {
-		for _, f := range fns {
-			if f != nil && !f(r) {
-				return false
-			}
-		}
-		return true
-	}
-}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 func TestMatchAndExempt(t *testing.T) {
@@ -29,10 +31,10 @@ func TestMatchAndExempt(t *testing.T) {
 		{"header value", HeaderValues("X-Internal", "a", "s3cret"), "GET", "/", "1.1.1.1:1", []string{"X-Internal", "s3cret"}, true},
 		{"wrong header value", HeaderValues("X-Internal", "s3cret"), "GET", "/", "1.1.1.1:1", []string{"X-Internal", "s3cre"}, false},
 		{"absent header", HeaderValues("X-Internal", ""), "GET", "/", "1.1.1.1:1", nil, false},
-		{"any of", AnyOf(nil, Methods("POST"), PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, true},
-		{"any of none", AnyOf(), "GET", "/a", "1.1.1.1:1", nil, false},
-		{"all of", AllOf(Methods("GET"), nil, PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, true},
-		{"all of, one fails", AllOf(Methods("POST"), PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, false},
+		{"any of", rules.AnyOf(nil, Methods("POST"), PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, true},
+		{"any of none", rules.AnyOf[*http.Request](), "GET", "/a", "1.1.1.1:1", nil, false},
+		{"all of", rules.AllOf(Methods("GET"), nil, PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, true},
+		{"all of, one fails", rules.AllOf(Methods("POST"), PathPrefixes("/a")), "GET", "/a", "1.1.1.1:1", nil, false},
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest(tt.method, tt.path, nil)
@@ -51,7 +53,7 @@ func TestMatchAndExempt(t *testing.T) {
 	}
 	_, _ = m.Check(httptest.NewRequest("GET", "/", nil))
 	_, _ = m.Check(httptest.NewRequest("POST", "/", nil))
-	if o := m.Stats().Rules[0].Outcomes; o[OutcomeSkipped] != 1 || o[OutcomeAllowed] != 1 {
+	if o := m.Stats().Rules[0].Outcomes; o[rules.OutcomeSkipped] != 1 || o[rules.OutcomeAllowed] != 1 {
 		t.Errorf("outcomes = %v, want 1 skipped and 1 allowed", o)
 	}
 }

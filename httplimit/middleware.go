@@ -22,11 +22,14 @@ import (
 //     request, its cost being above the rule's burst), Cache-Control:
 //     no-store and an application/problem+json body of type
 //     quota-exceeded naming the violated policy (WithOnLimited replaces
-//     the status and body). A limit never yields 503;
+//     the status and body). A limit never yields 503, nor does the
+//     hybrid limiter's fallback share, a coarse limit of its own while
+//     Redis is out of reach: its denial is a 429 with Retry-After,
+//     reporting r=0 and the share's wait as t;
 //   - or, when a FailClosed rule's limiter failed, or a limiter's own
-//     failure policy denied while Redis was out of reach, answers 503 with
-//     a temporary-reduced-capacity problem and Retry-After (WithOnError
-//     replaces it).
+//     FailClosed policy denied while Redis was out of reach
+//     (Result.FailedClosed), answers 503 with a temporary-reduced-capacity
+//     problem and Retry-After (WithOnError replaces it).
 //
 // Shadow rules never change the response. Reload swaps the rules without
 // losing the limiters' state; Reset forgets a key of a rule.
@@ -45,7 +48,7 @@ type headerFlags struct{ legacy, reportAll bool }
 
 // New returns a Middleware enforcing rules, in the given order. It copies
 // the rules and rejects invalid ones with an error naming the rule and
-// field and wrapping ErrInvalidRule. An empty list is valid: every
+// field and wrapping rules.ErrInvalidRule. An empty list is valid: every
 // request passes.
 func New(rules []Rule, opts ...Option) (*Middleware, error) {
 	cfg := defaults()
@@ -57,7 +60,7 @@ func New(rules []Rule, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 	}
-	eng, err := ruleset.New(specs(rules), cfg.logger.With("component", "httplimit"), describe)
+	eng, err := ruleset.New(rules, cfg.logger.With("component", "httplimit"), describe)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
@@ -69,6 +72,14 @@ func New(rules []Rule, opts ...Option) (*Middleware, error) {
 // describe renders a request for log lines.
 func describe(r *http.Request) string { return r.Method + " " + r.URL.Path }
 
+// SetFields chooses the optional response fields for the requests checked
+// from now on, as WithLegacyHeaders (legacy: the X-RateLimit-* fields) and
+// WithAllPolicies (every rule, not only the tightest) do at New. A config's
+// Reload sets them (package httplimit/config).
+func (m *Middleware) SetFields(legacy, allPolicies bool) {
+	m.flags.Store(&headerFlags{legacy: legacy, reportAll: allPolicies})
+}
+
 // Reload replaces the rules, atomically: each request is checked against
 // the old list or the new one, never a mix. Invalid rules are an error and
 // leave the old list in place. The limiters keep their state, which is
@@ -76,7 +87,7 @@ func describe(r *http.Request) string { return r.Method + " " + r.URL.Path }
 // (under a new limit, as each limiter's limit change says) and its
 // counters. Options stay as New set them.
 func (m *Middleware) Reload(rules []Rule) error {
-	if err := m.eng.Reload(specs(rules)); err != nil {
+	if err := m.eng.Reload(rules); err != nil {
 		return fmt.Errorf("httplimit: %w", err)
 	}
 	return nil
@@ -110,12 +121,28 @@ func (m *Middleware) ResetRequest(ctx context.Context, rule string, r *http.Requ
 
 // Handler returns next guarded by the rules. Its signature makes
 // m.Handler a func(http.Handler) http.Handler, the shape routers take:
-// router.Use(m.Handler). A rule keyed by Route needs the pattern the
-// ServeMux matched, so wrap the handlers registered on the mux, not the
-// mux: mux.Handle("GET /items/{id}", m.Handler(items)).
+// router.Use(m.Handler).
+//
+// A rule keyed by Route reads the pattern a ServeMux matched. Around the
+// mux, m.Handler(mux), the middleware asks the mux which pattern it will
+// route each request to (one more route lookup per request), and the
+// rules see it; so they do inside the mux, mux.Handle("GET /items/{id}",
+// m.Handler(items)). Any router with the method
+// Handler(*http.Request) (http.Handler, string) is asked the same way.
+// Around a handler that is not one, a request reaches the rules without a
+// pattern: a Route rule then limits nothing, and says so (it is counted
+// as rules.OutcomeMisconfigured, not rules.OutcomeNoKey, and its first such request is
+// logged at level Error with the fix).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	rt, _ := next.(router)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := m.Check(r)
+		var d Decision
+		var err error
+		if rt != nil {
+			d, err = m.checkRouted(r, rt)
+		} else {
+			d, err = m.Check(r)
+		}
 		if err != nil {
 			// The client left, or the request's deadline passed, while
 			// a limiter decided: serving it would be wasted work.

@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -210,11 +211,11 @@ func TestMiddlewareRedis(t *testing.T) {
 		t.Errorf("limiter kinds %q %q", s.Rules[0].Limiter, s.Rules[1].Limiter)
 	}
 	// The request per-ip denied never reached per-key.
-	if got := s.Rules[1].Outcomes; got[OutcomeAllowed] != 3 || got[OutcomeDenied] != 1 || got[OutcomeNoKey] != uint64(left) {
+	if got := s.Rules[1].Outcomes; got[rules.OutcomeAllowed] != 3 || got[rules.OutcomeDenied] != 1 || got[rules.OutcomeNoKey] != uint64(left) {
 		t.Errorf("per-key outcomes = %v", got)
 	}
-	if got, want := s.Rules[0].Outcomes, OutcomeUnrefunded; refunds {
-		want = OutcomeRefunded
+	if got, want := s.Rules[0].Outcomes, rules.OutcomeUnrefunded; refunds {
+		want = rules.OutcomeRefunded
 		if got[want] != 1 {
 			t.Errorf("per-ip outcomes = %v, want 1 %v", got, want)
 		}
@@ -236,7 +237,7 @@ func TestMiddlewareShadowAndExempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := NewLocal(tbl)
+	loc, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,10 +265,10 @@ func TestMiddlewareShadowAndExempt(t *testing.T) {
 		}
 	}
 	s := m.Stats().Rules
-	if s[0].Outcomes[OutcomeAllowed] != 1 || s[0].Outcomes[OutcomeShadowDenied] != 7 {
+	if s[0].Outcomes[rules.OutcomeAllowed] != 1 || s[0].Outcomes[rules.OutcomeShadowDenied] != 7 {
 		t.Errorf("shadow outcomes = %v, want 1 allowed, 7 shadow-denied", s[0].Outcomes)
 	}
-	if s[1].Outcomes[OutcomeExempt] != 5 || s[1].Outcomes[OutcomeAllowed] != 2 || s[1].Outcomes[OutcomeDenied] != 1 {
+	if s[1].Outcomes[rules.OutcomeExempt] != 5 || s[1].Outcomes[rules.OutcomeAllowed] != 2 || s[1].Outcomes[rules.OutcomeDenied] != 1 {
 		t.Errorf("local outcomes = %v", s[1].Outcomes)
 	}
 }
@@ -293,8 +294,8 @@ func TestMiddlewareRedisDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, _ := NewLocal(tbl)
-	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
+	loc, _ := rules.NewLocal(tbl)
+	for _, policy := range []hybridlimit.FailurePolicy{hybridlimit.FailOpen, hybridlimit.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			m, err := New([]Rule{
 				{Name: "exact", Limiter: down, Limit: limit10, Key: IP(nil), OnError: policy, FailRetry: 2 * time.Second},
@@ -307,20 +308,20 @@ func TestMiddlewareRedisDown(t *testing.T) {
 			r := get(t, srv.Client(), srv.URL)
 			// Fail closed ends the evaluation: the local rule is not asked.
 			policyF, _ := fields(t, r.header)
-			if policy == FailOpen && (len(policyF) != 1 || policyF[0].Name != "local") || policy == FailClosed && len(policyF) != 0 {
+			if policy == hybridlimit.FailOpen && (len(policyF) != 1 || policyF[0].Name != "local") || policy == hybridlimit.FailClosed && len(policyF) != 0 {
 				t.Errorf("fields report %v, want only the local rule under fail open, none under fail closed", policyF)
 			}
 			s := m.Stats()
-			if s.Rules[0].Errors[ErrorUnavailable] != 1 {
-				t.Errorf("unavailable errors = %d, want 1", s.Rules[0].Errors[ErrorUnavailable])
+			if s.Rules[0].Errors[hybridlimit.ErrorUnavailable] != 1 {
+				t.Errorf("unavailable errors = %d, want 1", s.Rules[0].Errors[hybridlimit.ErrorUnavailable])
 			}
 			switch policy {
-			case FailOpen:
-				if r.status != 200 || s.Rules[0].Outcomes[OutcomeErrorOpen] != 1 {
+			case hybridlimit.FailOpen:
+				if r.status != 200 || s.Rules[0].Outcomes[rules.OutcomeErrorOpen] != 1 {
 					t.Errorf("fail open: status %d, outcomes %v", r.status, s.Rules[0].Outcomes)
 				}
-			case FailClosed:
-				if r.status != 503 || s.Rules[0].Outcomes[OutcomeErrorClosed] != 1 || s.Unavailable != 1 {
+			case hybridlimit.FailClosed:
+				if r.status != 503 || s.Rules[0].Outcomes[rules.OutcomeErrorClosed] != 1 || s.Unavailable != 1 {
 					t.Errorf("fail closed: status %d, outcomes %v, unavailable %d", r.status, s.Rules[0].Outcomes, s.Unavailable)
 				}
 				if ra := retryAfter(t, r); ra != 2 {
@@ -344,23 +345,52 @@ func TestMiddlewareHybridClosed(t *testing.T) {
 	if err := hybrid.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New([]Rule{{Name: "h", Limiter: hybrid, Limit: limit10, Key: IP(nil), OnError: FailClosed}})
+	m, err := New([]Rule{{Name: "h", Limiter: hybrid, Limit: limit10, Key: IP(nil), OnError: hybridlimit.FailClosed}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := serve(t, m)
 	r := get(t, srv.Client(), srv.URL)
-	if r.status != 503 || m.Stats().Rules[0].Errors[ErrorClosed] != 1 {
+	if r.status != 503 || m.Stats().Rules[0].Errors[hybridlimit.ErrorClosed] != 1 {
 		t.Errorf("closed hybrid limiter: status %d, errors %v", r.status, m.Stats().Rules[0].Errors)
 	}
 }
 
-// TestMiddlewareFallbackDenialIs503: a denial by a limiter's own failure
-// policy (Result.Source SourceFallback: Redis could not be asked) is an
-// outage, not a quota the client exceeded. It was answered 429
-// quota-exceeded naming the rule, with RateLimit r=0.
-func TestMiddlewareFallbackDenialIs503(t *testing.T) {
+// TestMiddlewareFallbackShareDenialIs429: a denial by a limiter's fallback
+// share (Source SourceFallback, Redis out of reach, FailedClosed false) is
+// over a limit, if a coarse local one: 429 quota-exceeded naming the rule,
+// with Retry-After, and the rule reported with nothing left and the
+// share's wait as t. It was answered 503 temporary-reduced-capacity.
+func TestMiddlewareFallbackShareDenialIs429(t *testing.T) {
 	m, err := New([]Rule{{Name: "per-ip", Limiter: answer(fallbackDenied(2*time.Second), nil), Limit: limit10, Key: IP(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	r := get(t, srv.Client(), srv.URL)
+	if r.status != 429 {
+		t.Errorf("status %d, want 429", r.status)
+	}
+	checkProblem(t, r, 429, ProblemQuotaExceeded, "per-ip")
+	if ra := retryAfter(t, r); ra != 2 {
+		t.Errorf("Retry-After = %d, want 2", ra)
+	}
+	policy, state := fields(t, r.header)
+	if len(policy) != 1 || policy[0].Params["q"] != 10 || policy[0].Params["w"] != 60 ||
+		state[0].Params["r"] != 0 || state[0].Params["t"] != 2 {
+		t.Errorf("fields %v / %v, want the rule's q=10;w=60 and r=0;t=2", policy, state)
+	}
+	if s := m.Stats(); s.Unavailable != 0 || s.Limited != 1 || s.Rules[0].Outcomes[rules.OutcomeDenied] != 1 {
+		t.Errorf("Stats: unavailable %d, limited %d, outcomes %v; want 0, 1, one denied", s.Unavailable, s.Limited, s.Rules[0].Outcomes)
+	}
+}
+
+// TestMiddlewareFailedClosedIs503: a denial by a limiter's FailClosed
+// policy (Result.FailedClosed: Redis could not be asked, and the user
+// chose to refuse what cannot be checked) is an outage, not a quota the
+// client exceeded: 503 temporary-reduced-capacity, no quota reported.
+func TestMiddlewareFailedClosedIs503(t *testing.T) {
+	m, err := New([]Rule{{Name: "per-ip", Limiter: answer(failedClosed(2*time.Second), nil), Limit: limit10, Key: IP(nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,16 +406,14 @@ func TestMiddlewareFallbackDenialIs503(t *testing.T) {
 	if policy, _ := fields(t, r.header); len(policy) != 0 {
 		t.Errorf("fields report %v, want none: the quota was not checked", policy)
 	}
-	if s := m.Stats(); s.Unavailable != 1 || s.Limited != 0 || s.Rules[0].Outcomes[OutcomeErrorClosed] != 1 {
+	if s := m.Stats(); s.Unavailable != 1 || s.Limited != 0 || s.Rules[0].Outcomes[rules.OutcomeErrorClosed] != 1 {
 		t.Errorf("Stats: unavailable %d, limited %d, outcomes %v; want 1, 0, one error_closed", s.Unavailable, s.Limited, s.Rules[0].Outcomes)
 	}
 }
 
-// TestMiddlewareHybridFailClosedOutage: the hybrid limiter with its
-// FailClosed policy and Redis unreachable denies by that policy once its
-// breaker is open; the middleware answers 503 temporary-reduced-capacity,
-// not 429.
-func TestMiddlewareHybridFailClosedOutage(t *testing.T) {
+// unreachableRedis returns a client of an address nothing listens on.
+func unreachableRedis(t *testing.T) *redis.Client {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +422,15 @@ func TestMiddlewareHybridFailClosedOutage(t *testing.T) {
 	ln.Close() // nothing listens there now
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	hyb, err := hlsync.New(rdb, hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithMaxWait(300*time.Millisecond),
+	return rdb
+}
+
+// startOutage starts a hybrid limiter of policy on rdb, which refuses
+// connections, and waits for its breaker to open, deciding through m
+// meanwhile (for an address no later request comes from).
+func startOutage(t *testing.T, rdb *redis.Client, policy hybridlimit.FailurePolicy, m func(l *hlsync.Limiter) *Middleware) *Middleware {
+	t.Helper()
+	hyb, err := hlsync.New(rdb, hlsync.WithFailurePolicy(policy), hlsync.WithMaxWait(300*time.Millisecond),
 		hlsync.WithSyncInterval(50*time.Millisecond, 0.1))
 	if err != nil {
 		t.Fatal(err)
@@ -407,24 +443,98 @@ func TestMiddlewareHybridFailClosedOutage(t *testing.T) {
 		defer cancel()
 		_ = hyb.Close(ctx) // Redis is down: the final flush fails
 	})
-	m, err := New([]Rule{{Name: "per-ip", Limiter: hyb, Limit: hybridlimit.PerMinute(100), Key: IP(nil)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := m(hyb)
 	// Until the breaker opens, the limiter denies for want of allowance
 	// (SourceLocal), not by its failure policy.
 	for deadline := time.Now().Add(5 * time.Second); !hyb.Stats().BreakerOpen; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the breaker did not open within 5s of Redis refusing connections")
 		}
-		if _, err := m.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
+		if _, err := mw.Check(httptest.NewRequest("GET", "/", nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return mw
+}
+
+// TestMiddlewareHybridFallbackOutage: the hybrid limiter with its default
+// policy, hybridlimit.FallbackLocal, and Redis unreachable enforces its share of the
+// limit (all of it, as the one instance it knows of); the requests over
+// it are answered 429 quota-exceeded with Retry-After and r=0 with t, and
+// none 503. They were all answered 503 temporary-reduced-capacity.
+func TestMiddlewareHybridFallbackOutage(t *testing.T) {
+	m := startOutage(t, unreachableRedis(t), hybridlimit.FallbackLocal, func(l *hlsync.Limiter) *Middleware {
+		m, err := New([]Rule{{Name: "per-ip", Limiter: l, Limit: hybridlimit.PerMinute(10), Key: IP(nil)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
+	srv := serve(t, m)
+	codes := map[int]int{}
+	for range 15 {
+		r := get(t, srv.Client(), srv.URL)
+		codes[r.status]++
+		if r.status != 429 {
+			continue
+		}
+		checkProblem(t, r, 429, ProblemQuotaExceeded, "per-ip")
+		ra := retryAfter(t, r)
+		_, state := fields(t, r.header)
+		if tt, ok := state[0].Params["t"]; len(state) != 1 || state[0].Params["r"] != 0 || !ok || tt < 1 || tt > ra {
+			t.Errorf("429 with RateLimit %v and Retry-After %d, want r=0 and 1 <= t <= Retry-After", state, ra)
+		}
+	}
+	if codes[503] != 0 || codes[429] < 4 || codes[200] < 10 {
+		t.Errorf("15 requests to a share of 10 a minute: %v, want 10 or 11 admitted, the rest 429, none 503", codes)
+	}
+}
+
+// TestMiddlewareHybridFailClosedOutage: the hybrid limiter with its
+// FailClosed policy and Redis unreachable denies by that policy once its
+// breaker is open; the middleware answers 503 temporary-reduced-capacity,
+// not 429.
+func TestMiddlewareHybridFailClosedOutage(t *testing.T) {
+	m := startOutage(t, unreachableRedis(t), hybridlimit.FailClosed, func(l *hlsync.Limiter) *Middleware {
+		m, err := New([]Rule{{Name: "per-ip", Limiter: l, Limit: hybridlimit.PerMinute(100), Key: IP(nil)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
 	srv := serve(t, m)
 	r := get(t, srv.Client(), srv.URL)
 	if r.status != 503 {
 		t.Errorf("Redis down, hybrid FailClosed: status %d, body %s; want 503", r.status, r.body)
 	}
 	checkProblem(t, r, 503, ProblemTemporaryReducedCapacity)
+}
+
+// TestRetryAfterForCost: a rule of cost 400 under 2000 a minute on the
+// hybrid limiter, drained by five requests: the sixth is told to come back
+// when 400 tokens are there, 12 s, not when the next one is.
+func TestRetryAfterForCost(t *testing.T) {
+	redistest.NoLeaks(t)
+	l := newHybrid(t, redistest.Standalone(t))
+	m, err := New([]Rule{{Name: "tokens", Limiter: l, Limit: hybridlimit.PerMinute(2000), Cost: 400, Key: IP(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, m)
+	start := time.Now()
+	for i := range 5 {
+		if r := get(t, srv.Client(), srv.URL); r.status != 200 {
+			t.Fatalf("request %d of 5 within the burst: %d", i+1, r.status)
+		}
+	}
+	r := get(t, srv.Client(), srv.URL)
+	if r.status != 429 {
+		t.Fatalf("sixth request: %d, want 429", r.status)
+	}
+	// 400 tokens at 2000 a minute take 12 s; the bucket has refilled for
+	// at most the time since the first request.
+	ra := retryAfter(t, r)
+	if lo := (12*time.Second - time.Since(start)).Seconds(); float64(ra) < lo || ra > 12 {
+		t.Errorf("Retry-After %d, want the 12 s that 400 tokens take (at least %.1f)", ra, lo)
+	}
 }

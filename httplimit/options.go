@@ -28,12 +28,13 @@ func defaults() config {
 	return config{logger: slog.New(slog.DiscardHandler)}
 }
 
-// WithLogger sends the middleware's log lines to l: a Warn for each
-// limiter error and failed refund, and the first time each rule finds no
-// key in a request; an Info for each request a shadow rule would have
-// denied; a Debug for each request a rule limited (rule, key, request),
-// which says who is being throttled. The default discards them. Example:
-// WithLogger(slog.Default()).
+// WithLogger sends the middleware's log lines to l: an Error the first
+// time each rule keyed by route finds no route to read (it limits nothing;
+// see Middleware.Handler); a Warn for each limiter error and failed
+// refund, and the first time each rule finds no key in a request; an Info
+// for each request a shadow rule would have denied; a Debug for each
+// request a rule limited (rule, key, request), which says who is being
+// throttled. The default discards them. Example: WithLogger(slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
@@ -92,7 +93,7 @@ func WithOnLimited(fn func(w http.ResponseWriter, r *http.Request, d *Decision))
 
 // WithOnError replaces the 503 response of a request whose limits could
 // not be checked (a FailClosed rule's limiter failed, or a limiter's
-// failure policy denied), as WithOnLimited does the 429: the fields,
+// FailClosed policy denied), as WithOnLimited does the 429: the fields,
 // Retry-After and Cache-Control are set, fn writes the status and body.
 func WithOnError(fn func(w http.ResponseWriter, r *http.Request, d *Decision)) Option {
 	return optionFunc(func(c *config) error {

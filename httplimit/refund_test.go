@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // TestRejectedRequestCostsNothing hammers a per-IP and a per-API-key rule
@@ -37,7 +38,7 @@ func TestRejectedRequestCostsNothing(t *testing.T) {
 	perKey := hybridlimit.Limit{Rate: 500, Period: day, Burst: 500}
 	for _, tt := range []struct {
 		name string
-		l    Limiter
+		l    hybridlimit.Limiter
 	}{{"global", exact}, {"local", inProcess}} {
 		t.Run(tt.name, func(t *testing.T) {
 			m, err := New([]Rule{
@@ -83,7 +84,7 @@ func TestRejectedRequestCostsNothing(t *testing.T) {
 				t.Errorf("key b from the same address: %d of 1,600 admitted, want %d", got, perKey.Burst)
 			}
 			s := m.Stats().Rules[0].Outcomes
-			if s[OutcomeAllowed] != 2*uint64(perKey.Burst) || s[OutcomeRefunded] == 0 || s[OutcomeUnrefunded] != 0 {
+			if s[rules.OutcomeAllowed] != 2*uint64(perKey.Burst) || s[rules.OutcomeRefunded] == 0 || s[rules.OutcomeUnrefunded] != 0 {
 				t.Errorf("per-ip outcomes %v: want %d allowed, the rest refunded", s, 2*perKey.Burst)
 			}
 		})
@@ -92,7 +93,7 @@ func TestRejectedRequestCostsNothing(t *testing.T) {
 
 // peek returns what key has left under limit in l, a global.Limiter or a
 // Local.
-func peek(t *testing.T, l Limiter, key string, limit hybridlimit.Limit) int64 {
+func peek(t *testing.T, l hybridlimit.Limiter, key string, limit hybridlimit.Limit) int64 {
 	t.Helper()
 	p, ok := l.(interface {
 		Peek(context.Context, string, hybridlimit.Limit) (hybridlimit.Result, error)

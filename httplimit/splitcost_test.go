@@ -35,7 +35,7 @@ func TestSplitKeyCostAbovePartBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hyb.Close(context.Background())
-	for name, lim := range map[string]Limiter{"sharding.Global": g, "sync.WithSplitKeys": hyb} {
+	for name, lim := range map[string]hybridlimit.Limiter{"sharding.Global": g, "sync.WithSplitKeys": hyb} {
 		t.Run(name, func(t *testing.T) {
 			m, err := New([]Rule{{Name: "up", Limiter: lim, Limit: limit, Key: Static("k"),
 				CostFunc: func(*http.Request) int64 { return 6 }}})

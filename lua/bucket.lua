@@ -7,8 +7,11 @@
 --           now says since when the bucket has been full; or a marker
 --           "m<shards>.<generation>" (reshard.lua); absent: full since
 --           ever.
---   f       "fs fg": the last full stretch a charge ended, from fs to fg
---           (sync.lua), whose refill pays for tokens reported late.
+--   f, g    the full stretches whose refill no charge has used, at most
+--           two, and the edge, the end of the last one recorded or used
+--           (sync.lua): f "s1 g1", or "e s1 g1" when the edge e is not the
+--           last stretch's end, or "e" alone; g "s2 g2", the later
+--           stretch, or empty. Their refill pays for tokens reported late.
 --   x       the key's expiry in milliseconds by the scripts' clock (now_us,
 --           which may be the caller's), as last set, so that a message
 --           extends it only when it falls short, not every time.

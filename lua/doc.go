@@ -36,10 +36,11 @@
 //	concurrency_acquire.lua  global.Concurrency: take a lease
 //	concurrency_release.lua  global.Concurrency: give a lease back
 //	sync.lua                 sync.Limiter: one round's messages to one Redis node
-//	presence.lua             sync.Limiter: record this instance, count the live ones
+//	presence.lua             sync.Limiter: record this instance, count the live ones, read the reset log
 //	reshard.lua              sync.Limiter: one step of moving a split key to a new layout
 //	lock.lua                 sync.Limiter: the lock a reshard holds
 //	sync_reset.lua           sync.Limiter.Reset: forget keys
+//	reset_log.lua            sync.Limiter.Reset: tell every instance at its next presence call
 //	hit_counter.lua          rls, fixed-window mode: the reference service's counting
 //	clock.lua, preamble.lua, wide.lua, bucket.lua: shared, as above
 package lua

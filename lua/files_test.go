@@ -37,6 +37,7 @@ func ExampleFiles() {
 	// lock.lua
 	// preamble.lua
 	// presence.lua
+	// reset_log.lua
 	// reshard.lua
 	// sliding_log.lua
 	// sliding_window.lua

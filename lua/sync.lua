@@ -49,14 +49,18 @@
 -- serve (the slot moved) is answered "elsewhere" and nothing is written
 -- for it; its instance sends the message again, to the new master.
 --
--- KEYS[1]     the first message's bucket (ARGV[6]), which routes the call.
+-- KEYS[1]     the first message's bucket (ARGV[7]), which routes the call.
 -- ARGV[1]     now in microseconds, or 0 to read Redis TIME.
 -- ARGV[2]     ledger TTL in milliseconds, an integer.
 -- ARGV[3]     mode: "reserve" or "optimistic".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
--- Then three arguments for each key i, from ARGV[6]:
--- ARGV[3i+3]  global bucket of key i: a hash (see bucket.lua) holding
+-- ARGV[6]     the wire version, "2" (scripts.SyncVersion): the shape of this
+--             header, the messages and the reply. A call of any other
+--             version (the first had no version: its ARGV[6] is a bucket's
+--             name) is answered with an error, and nothing is written.
+-- Then three arguments for each key i, from ARGV[7]:
+-- ARGV[3i+4]  global bucket of key i: a hash (see bucket.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
 --             (l:<id>): "seq epoch total at": the last applied sequence
 --             number, the epoch (first sequence number) of the instance's
@@ -67,9 +71,9 @@
 --             ledgers of the others once the hash holds more than a few.
 --             The key lives until its bucket is full again and every
 --             ledger in it stale.
--- ARGV[3i+4]  allowances of key i (optimistic mode with a budget): hash from
+-- ARGV[3i+5]  allowances of key i (optimistic mode with a budget): hash from
 --             instance id to "allowance lapse_us"; in the bucket's slot.
--- ARGV[3i+5]  the message of key i: eleven integers in decimal, separated
+-- ARGV[3i+6]  the message of key i: eleven integers in decimal, separated
 --             by one space (one argument rather than eleven: Redis turns
 --             every argument into a Lua string, which cost more than
 --             parsing this one):
@@ -106,6 +110,9 @@
 --                    applied, and the instance forgets what it holds and
 --                    owes for the key; 2 when this node does not serve the
 --                    key's slot: elsewhere, every other field 0).
+if ARGV[6] ~= '2' then
+  return redis.error_reply('sync: wire version ' .. tostring(ARGV[6]) .. ' unknown; this script reads version 2')
+end
 local now = now_us()
 local now_ms = floor_div(now, 1000)
 local now_s = floor_div(now, 1000000)
@@ -189,11 +196,11 @@ end
 
 -- parse returns the eleven integers of message i, or raises a script error.
 local function parse(i)
-  local m = ARGV[3 * i + 5]
+  local m = ARGV[3 * i + 6]
   local a, b, c, d, e, f, g, h, k, n, o = string.match(m or '',
     '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) (%d+) (%d+)$')
   if not a then
-    error('ARGV[' .. (3 * i + 5) .. '] is not a message: ' .. tostring(m))
+    error('ARGV[' .. (3 * i + 6) .. '] is not a message: ' .. tostring(m))
   end
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e),
     tonumber(f), tonumber(g), tonumber(h), tonumber(k), tonumber(n), tonumber(o)
@@ -201,22 +208,124 @@ end
 
 -- A bucket's state for one message: tat, its time as stored (0 for an
 -- absent bucket), so that one not ahead of now says since when the bucket
--- has been full; and the last full stretch a charge ended, from fs to fg
--- (nil when none is known), whose refill, which the full bucket could not
--- hold, pays for tokens admitted then and reported late.
-local function state(raw, f)
-  local b = {tat = tonumber(raw) or 0}
-  if f then
-    local s, g = string.match(f, '^(%S+) (%S+)$')
-    b.fs, b.fg = tonumber(s), tonumber(g)
+-- has been full; and the text of fields f and g, read when a charge needs
+-- them.
+local function state(raw, f, g)
+  return {tat = tonumber(raw) or 0, ftext = f, gtext = g}
+end
+
+-- stretches returns the full stretches whose refill, which the full
+-- bucket could not hold, no charge has used yet, start and end in turn, in
+-- time order: they pay for tokens admitted then and reported late. With
+-- them goes the edge b.e, the end of the last stretch recorded or used:
+-- refill before it is recorded or spent (nil when none is known). It
+-- reads them the first time from fields f, "s1 g1" or "e s1 g1" (or "e"
+-- alone), and g, "s2 g2" (empty when there is no second stretch); the edge
+-- not written is the last stretch's end. Each field stays short enough for
+-- Redis to keep the hash compact.
+local function stretches(b)
+  if b.f then
+    return b.f
   end
-  return b
+  local f = {}
+  b.f = f
+  if b.ftext then
+    local x, y, z = string.match(b.ftext, '^(%S+) ?(%S*) ?(%S*)$')
+    if z ~= '' then
+      b.e, f[1], f[2] = tonumber(x), tonumber(y), tonumber(z)
+    elseif y ~= '' then
+      f[1], f[2] = tonumber(x), tonumber(y)
+    else
+      b.e = tonumber(x)
+    end
+    local s2, g2 = string.match(b.gtext or '', '^(%S+) (%S+)$')
+    if s2 and f[2] then
+      f[3], f[4] = tonumber(s2), tonumber(g2)
+      if f[3] < f[1] then
+        -- A version that keeps one stretch wrote f since g was written
+        -- (a rolling deploy): the two in time order.
+        f[1], f[2], f[3], f[4] = f[3], f[4], f[1], f[2]
+      end
+    end
+    if not b.e then
+      b.e = f[#f]
+    end
+  end
+  return f
 end
 
 -- ahead returns the bucket's time, never before now: the time it holds its
 -- burst again, now for a full bucket.
 local function ahead(b)
   return math.max(b.tat, now)
+end
+
+-- since_full returns since when a bucket full now has held refill that no
+-- stretch records and no charge has used: its time, or the edge if later
+-- (a return moves its time back, over refill recorded or spent).
+local function since_full(b)
+  stretches(b)
+  if b.e and b.e > b.tat then
+    return b.e
+  end
+  return b.tat
+end
+
+-- Stretches a bucket keeps: when there are more, the earliest goes if it
+-- ended a ledger's life ago (it pays only for costs first admitted before
+-- then, by an instance cut off from Redis since), else the shortest (the
+-- earliest of equals). A fallback's debt after an outage is paid from the
+-- outage's stretch, which the short stretches between the grants that
+-- follow it do not push out.
+local keep_stretches = 2
+local stale_before = now - ledger_ttl * 1000
+
+-- trim drops stretches while there are more than a bucket keeps.
+local function trim(f)
+  while #f > 2 * keep_stretches do
+    local drop = 1
+    if f[2] >= stale_before then
+      for k = 3, #f - 1, 2 do
+        if f[k + 1] - f[k] < f[drop + 1] - f[drop] then
+          drop = k
+        end
+      end
+    end
+    table.remove(f, drop)
+    table.remove(f, drop)
+  end
+end
+
+-- record adds the full stretch from s to g, whose refill no charge has
+-- used, to the bucket's, and moves the edge to g.
+local function record(b, s, g)
+  local f = stretches(b)
+  b.stretch = true
+  if not b.e or g > b.e then
+    b.e = g
+  end
+  if g > s then
+    f[#f + 1], f[#f + 2] = s, g
+    trim(f)
+  end
+end
+
+-- stretches_text returns the text of fields f and g.
+local function stretches_text(b)
+  local f = b.f
+  if #f == 0 then
+    return string.format('%.17g', b.e), ''
+  end
+  local ftext
+  if b.e == f[#f] then
+    ftext = string.format('%.17g %.17g', f[1], f[2])
+  else
+    ftext = string.format('%.17g %.17g %.17g', b.e, f[1], f[2])
+  end
+  if #f == 2 then
+    return ftext, ''
+  end
+  return ftext, string.format('%.17g %.17g', f[3], f[4])
 end
 
 -- relimit converts the bucket to the message's limit when the limit it was
@@ -240,32 +349,55 @@ end
 local function take(b, n, interval)
   if n <= 0 then return end
   if b.tat <= now then
-    b.fs, b.fg, b.stretch = b.tat, now, true
+    record(b, since_full(b), now)
   end
   b.tat = later(ahead(b), n * interval)
 end
 
 -- owe charges n tokens admitted since since, before now: as if all at its
--- start, so never more than they took. If the bucket was full since before
--- then, they come out of the refill it could not hold since; if it is not
--- full now, out of the last full stretch's, as far as that reaches; the
--- rest is taken now, into debt if need be.
+-- start, so never more than they took. They come out of the refill of
+-- the recorded stretches after since, the earliest first, then, for a
+-- bucket full now, out of the refill it could not hold since (what it
+-- held before since is recorded, for reports of earlier costs); the rest
+-- is taken now, into debt if need be.
 local function owe(b, n, since, interval)
+  local d = n * interval
+  local f, k = stretches(b), 1
+  while d > 0 and k < #f do
+    if since < f[k + 1] then
+      b.stretch = true
+      if since > f[k] then
+        -- What it held before since stays, for reports of earlier costs.
+        table.insert(f, k + 1, since)
+        table.insert(f, k + 2, since)
+        k = k + 2
+      end
+      local t = later(f[k], d)
+      if t < f[k + 1] then
+        f[k], d = t, 0
+      else
+        d = t - f[k + 1]
+        table.remove(f, k)
+        table.remove(f, k)
+      end
+    else
+      k = k + 2
+    end
+  end
+  trim(f)
+  if d <= 0 then
+    return
+  end
   if b.tat <= now then
-    local from = math.max(b.tat, since)
-    local t = later(from, n * interval)
-    if t > now then
-      b.fs, b.fg, b.stretch = b.tat, from, true
-    end
-    b.tat = t
-  elseif b.fg and since < b.fg then
-    local t = later(math.max(b.fs, since), n * interval)
-    if t > b.fg then
-      b.tat, t = later(b.tat, t - b.fg), b.fg
-    end
-    b.fs, b.stretch = t, true
+    local full = since_full(b)
+    local from = math.max(full, since)
+    record(b, full, from)
+    b.tat = later(from, d)
+    -- The refill spent: a return that moves the time back does not
+    -- free it again.
+    b.e = math.max(b.e, math.min(b.tat, now))
   else
-    b.tat = later(b.tat, n * interval)
+    b.tat = later(b.tat, d)
   end
 end
 
@@ -277,17 +409,17 @@ local function elsewhere(err)
   return true
 end
 
-local keys = (#ARGV - 5) / 3
-if keys < 1 or keys % 1 ~= 0 or KEYS[1] ~= ARGV[6] then
-  return redis.error_reply('sync: want KEYS[1] = ARGV[6] and three ARGV a key')
+local keys = (#ARGV - 6) / 3
+if keys < 1 or keys % 1 ~= 0 or KEYS[1] ~= ARGV[7] then
+  return redis.error_reply('sync: want KEYS[1] = ARGV[7] and three ARGV a key')
 end
 for i = 1, keys do repeat -- once; break is the next key
-  local bkey, akey = ARGV[3 * i + 3], ARGV[3 * i + 4]
+  local bkey, akey = ARGV[3 * i + 4], ARGV[3 * i + 5]
   local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(i)
   local interval = period / rate
   local tolerance = burst * interval
   local r = 9 * (i - 1)
-  local got = redis.pcall('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z')
+  local got = redis.pcall('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z', 'g')
   if got.err and elsewhere(got.err) then
     for f = 1, 8 do reply[r + f] = 0 end
     reply[r + 9] = 2
@@ -299,7 +431,7 @@ for i = 1, keys do repeat -- once; break is the next key
     local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
     moved_s, moved_gen = tonumber(s), tonumber(g)
   end
-  local b = state(moved_s == 0 and raw, got[4])
+  local b = state(moved_s == 0 and raw, got[4], got[7])
   local limit_text = nil
   if moved_s == 0 then
     limit_text = relimit(b, got[5], string.format('%d %d %d', rate, period, burst), interval, burst)
@@ -351,7 +483,11 @@ for i = 1, keys do repeat -- once; break is the next key
       w[5], w[6] = 't', t
     end
     if b.stretch then
-      w[#w + 1], w[#w + 2] = 'f', string.format('%.17g %.17g', b.fs, b.fg)
+      local ftext, gtext = stretches_text(b)
+      w[#w + 1], w[#w + 2] = 'f', ftext
+      if gtext ~= '' or (b.gtext and b.gtext ~= '') then
+        w[#w + 1], w[#w + 2] = 'g', gtext
+      end
     end
     if limit_text and (t or raw) then
       w[#w + 1], w[#w + 2] = 'L', limit_text

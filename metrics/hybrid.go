@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hybridlimit/hybridlimit"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -78,7 +79,7 @@ type hybridCollector struct {
 // Close (see sync.Stats.RoundDuration); their buckets are the ones package
 // sync fixes, read from the snapshot. errors_total counts failed calls to
 // Redis, sync script calls and presence calls, by class: timeout,
-// connection, error_reply, malformed_reply or other (sync.ErrorClass).
+// connection, error_reply, malformed_reply or other (hybridlimit.RedisErrorClasses).
 // Every class is sent, zeros included.
 func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector, error) {
 	if src == nil {
@@ -113,7 +114,7 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		evicted:             d("evictions_total", "Idle keys dropped from memory."),
 		admitted:            d("admitted_cost_total", "Cost admitted from local allowance, all keys."),
 		outstanding:         d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
-		staleness:           d("view_staleness_seconds", "Time since Redis last answered a sync round: the age of this instance's view of the global buckets."),
+		staleness:           d("view_staleness_seconds", "How long Redis has left unanswered the sync rounds that needed it: 0 while it answers, and on an instance with nothing to sync."),
 		breakerOpenTime:     d("breaker_open_seconds_total", "Time the breakers of the Redis nodes have been open, summed over the nodes: the failure policy deciding for some keys."),
 		roundDuration:       d("round_duration_seconds", "Wall-clock time of sync rounds that sent key messages: periodic rounds, on-demand fetches and the final round."),
 		roundMessages:       d("round_key_messages", "Key messages per sync round, over the same rounds as round_duration_seconds."),
@@ -171,21 +172,21 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evicted, s.Evictions)
 	counter(c.admitted, s.Admitted)
 	gauge(c.outstanding, float64(s.Outstanding))
-	gauge(c.staleness, s.SinceSync.Seconds())
+	gauge(c.staleness, s.Unanswered.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())
 	ch <- histogram(c.roundDuration, s.RoundDuration)
 	ch <- histogram(c.roundMessages, s.RoundMessages)
 	gauge(c.splitKeys, float64(s.SplitKeys))
 	counter(c.reshards, s.Reshards)
 	counter(c.moves, s.Moves)
-	for class := range hlsync.NumErrorClasses {
+	for _, class := range hybridlimit.RedisErrorClasses() {
 		counter(c.errors, s.Errors[class], class.String())
 	}
 }
 
-// histogram turns a snapshot of one of the limiter's histograms into a
-// constant Prometheus histogram, on the bounds the snapshot carries.
-func histogram(d *prometheus.Desc, h hlsync.Histogram) prometheus.Metric {
+// histogram turns a snapshot of a histogram into a constant Prometheus
+// histogram, on the bounds the snapshot carries.
+func histogram(d *prometheus.Desc, h hybridlimit.Histogram) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i := range min(len(h.Bounds), len(h.Buckets)) {
 		buckets[h.Bounds[i]] = h.Buckets[i]

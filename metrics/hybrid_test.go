@@ -24,15 +24,15 @@ func TestHybridCollector(t *testing.T) {
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110, Elsewhere: 13,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Owed: 11, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
-		Admitted: 9000, Outstanding: 42, SinceSync: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
+		Admitted: 9000, Outstanding: 42, SinceSync: time.Minute, Unanswered: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
 		Nodes: []hlsync.NodeStats{{Addr: "10.0.0.1:6379", BreakerOpen: true, OpenFor: 2 * time.Second}, {Addr: "10.0.0.2:6379", OpenFor: time.Second}},
 		// The collector takes the bounds from the snapshot, whatever they are.
-		RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
-		RoundMessages: hlsync.Histogram{Bounds: []float64{1, 4}, Buckets: []uint64{2, 7}, Count: 7, Sum: 12},
+		RoundDuration: hybridlimit.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
+		RoundMessages: hybridlimit.Histogram{Bounds: []float64{1, 4}, Buckets: []uint64{2, 7}, Count: 7, Sum: 12},
 	}
-	src.Errors[hlsync.ErrorTimeout] = 3
-	src.Errors[hlsync.ErrorReply] = 1
-	src.Errors[hlsync.ErrorOther] = 2
+	src.Errors[hybridlimit.ErrorTimeout] = 3
+	src.Errors[hybridlimit.ErrorReply] = 1
+	src.Errors[hybridlimit.ErrorOther] = 2
 	c, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{"instance_name": "a"}))
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ hybridlimit_sync_split_keys{instance_name="a"} 2
 # HELP hybridlimit_sync_tracked_keys Keys the hybrid limiter tracks in memory.
 # TYPE hybridlimit_sync_tracked_keys gauge
 hybridlimit_sync_tracked_keys{instance_name="a"} 12
-# HELP hybridlimit_sync_view_staleness_seconds Time since Redis last answered a sync round: the age of this instance's view of the global buckets.
+# HELP hybridlimit_sync_view_staleness_seconds How long Redis has left unanswered the sync rounds that needed it: 0 while it answers, and on an instance with nothing to sync.
 # TYPE hybridlimit_sync_view_staleness_seconds gauge
 hybridlimit_sync_view_staleness_seconds{instance_name="a"} 0.25
 # HELP hybridlimit_sync_waits_total Decisions that waited for an on-demand fetch.

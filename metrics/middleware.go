@@ -5,15 +5,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/grpclimit"
 	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // MiddlewareSource is what a middleware collector reads:
 // *httplimit.Middleware, *grpclimit.Interceptor, or a test double. Both
 // report their counters in one Stats type.
 type MiddlewareSource interface {
-	Stats() httplimit.Stats
+	Stats() rules.Stats
 }
 
 var (
@@ -36,13 +38,15 @@ type middlewareCollector struct {
 //	hybridlimit_http_limiter_errors_total{rule,limiter,class}        counter
 //	hybridlimit_http_check_duration_seconds                          histogram
 //
-// result is admitted, limited (429), unavailable (503 from a FailClosed
-// rule, or a limiter's failure policy denying) or canceled. limiter is the
-// rule's limiter kind (hybrid, global, local, custom), mode is enforce or
-// shadow, outcome is an httplimit.Outcome (allowed, denied, shadow_denied,
-// exempt, no_key, error_open, error_closed, skipped, refunded, unrefunded)
-// and class an httplimit.ErrorClass. rule_decisions_total counts every
-// request each rule saw once, admissions included, so
+// result is admitted, limited (429, a fallback share's denial included),
+// unavailable (503 from a FailClosed rule, or a limiter's FailClosed policy
+// denying) or canceled. limiter is the rule's limiter kind (hybrid, global,
+// local, custom), mode is enforce or shadow, outcome is an
+// rules.Outcome (allowed, denied, shadow_denied, exempt, no_key,
+// error_open, error_closed, skipped, refunded, unrefunded, misconfigured)
+// and class a hybridlimit.ErrorClass (unavailable, closed, invalid,
+// canceled, other). rule_decisions_total counts every request each rule saw
+// once, admissions included, so
 // rate(...{outcome="allowed"}) is the rule's admission rate and the sum
 // over outcomes its request rate. check_duration_seconds times each
 // request's check of its rules, refunds included, from 1us to 100ms
@@ -105,17 +109,12 @@ func (c *middlewareCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.Shadow {
 			mode = "shadow"
 		}
-		for o := range httplimit.NumOutcomes {
+		for o := range rules.NumOutcomes {
 			counter(c.decisions, r.Outcomes[o], r.Name, r.Limiter, mode, o.String())
 		}
-		for e := range httplimit.NumErrorClasses {
+		for _, e := range hybridlimit.LimiterErrorClasses() {
 			counter(c.errored, r.Errors[e], r.Name, r.Limiter, e.String())
 		}
 	}
-	h := s.CheckDuration
-	buckets := make(map[float64]uint64, len(h.Bounds))
-	for i := range min(len(h.Bounds), len(h.Buckets)) {
-		buckets[h.Bounds[i]] = h.Buckets[i]
-	}
-	ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.Sum, buckets)
+	ch <- histogram(c.duration, s.CheckDuration)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
-	hlsync "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // TestMiddlewareCollector drives a middleware with an exact limiter on a
@@ -38,13 +38,14 @@ func TestMiddlewareCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := httplimit.NewLocal(tbl)
+	loc, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := httplimit.New([]httplimit.Rule{
 		{Name: "per-key", Limiter: exact, Limit: hybridlimit.PerHour(2), Key: httplimit.APIKey("X-API-Key")},
 		{Name: "trial", Limiter: loc, Limit: hybridlimit.PerHour(1), Key: httplimit.Static("all"), Shadow: true, Exempt: httplimit.Methods("HEAD")},
+		{Name: "per-route", Limiter: loc, Limit: hybridlimit.PerHour(100), Key: httplimit.Route()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +73,11 @@ func TestMiddlewareCollector(t *testing.T) {
 	// that request's evaluation; the keyless GET has no per-key key; the
 	// HEAD is denied by per-key too. The shadow rule sees the three
 	// requests per-key let through: it admits the first and would deny
-	// the next two.
+	// the next two. So does the route rule, which sees no route in a
+	// middleware around a plain handler: misconfigured, each time.
 	series := func(rule, limiter, mode string, counts map[string]int) string {
 		var b strings.Builder
-		for o := range httplimit.NumOutcomes {
+		for o := range rules.NumOutcomes {
 			b.WriteString(`hybridlimit_http_rule_decisions_total{limiter="` + limiter + `",limiter_name="edge",mode="` + mode +
 				`",outcome="` + o.String() + `",rule="` + rule + `"} ` + strconv.Itoa(counts[o.String()]) + "\n")
 		}
@@ -83,7 +85,7 @@ func TestMiddlewareCollector(t *testing.T) {
 	}
 	errs := func(rule, limiter string) string {
 		var b strings.Builder
-		for e := range httplimit.NumErrorClasses {
+		for _, e := range hybridlimit.LimiterErrorClasses() {
 			b.WriteString(`hybridlimit_http_limiter_errors_total{class="` + e.String() + `",limiter="` + limiter +
 				`",limiter_name="edge",rule="` + rule + `"} 0` + "\n")
 		}
@@ -92,7 +94,7 @@ func TestMiddlewareCollector(t *testing.T) {
 	want := `
 # HELP hybridlimit_http_limiter_errors_total Errors returned by a rule's limiter instead of a decision or a refund, by class.
 # TYPE hybridlimit_http_limiter_errors_total counter
-` + errs("per-key", "global") + errs("trial", "local") + `# HELP hybridlimit_http_requests_total Requests the rate-limit middleware saw, by what it did with them.
+` + errs("per-key", "global") + errs("trial", "local") + errs("per-route", "local") + `# HELP hybridlimit_http_requests_total Requests the rate-limit middleware saw, by what it did with them.
 # TYPE hybridlimit_http_requests_total counter
 hybridlimit_http_requests_total{limiter_name="edge",result="admitted"} 3
 hybridlimit_http_requests_total{limiter_name="edge",result="canceled"} 0
@@ -101,7 +103,8 @@ hybridlimit_http_requests_total{limiter_name="edge",result="unavailable"} 0
 # HELP hybridlimit_http_rule_decisions_total Rate-limit rule outcomes per request, admissions included.
 # TYPE hybridlimit_http_rule_decisions_total counter
 ` + series("per-key", "global", "enforce", map[string]int{"allowed": 2, "denied": 2, "no_key": 1}) +
-		series("trial", "local", "shadow", map[string]int{"allowed": 1, "shadow_denied": 2})
+		series("trial", "local", "shadow", map[string]int{"allowed": 1, "shadow_denied": 2}) +
+		series("per-route", "local", "enforce", map[string]int{"misconfigured": 3})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybridlimit_http_limiter_errors_total",
 		"hybridlimit_http_requests_total", "hybridlimit_http_rule_decisions_total"); err != nil {
 		t.Error(err)
@@ -131,7 +134,7 @@ func TestConstLabelsClash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := httplimit.NewLocal(tbl)
+	loc, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +167,7 @@ func TestConstLabelsReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := httplimit.NewLocal(tbl)
+	loc, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +175,7 @@ func TestConstLabelsReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &fakeHybrid{RoundDuration: hlsync.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{1, 2}, Count: 2, Sum: 0.005}}
+	src := &fakeHybrid{RoundDuration: hybridlimit.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{1, 2}, Count: 2, Sum: 0.005}}
 	for _, name := range []string{"le", "quantile", "outcome", "path", "class"} {
 		if _, err := NewHybridCollector(src, WithConstLabels(prometheus.Labels{name: "x"})); err == nil {
 			t.Errorf("NewHybridCollector(WithConstLabels(%q)) succeeded", name)
@@ -192,7 +195,7 @@ func TestInterceptorCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := grpclimit.NewLocal(tbl)
+	loc, err := rules.NewLocal(tbl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestStallVisible(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	const interval = 50 * time.Millisecond
-	l, err := hlsync.New(rdb, hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithSyncInterval(interval, 0),
+	l, err := hlsync.New(rdb, hlsync.WithFailurePolicy(hybridlimit.FailClosed), hlsync.WithSyncInterval(interval, 0),
 		hlsync.WithMaxWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +67,14 @@ func TestStallVisible(t *testing.T) {
 		}
 	}
 
+	// Idle with Redis up: nothing to sync, nothing stale, however long
+	// since the last round.
+	staleness := func() float64 { return testutil.ToFloat64(onlyMetric(hc, "hybridlimit_sync_view_staleness_seconds")) }
+	time.Sleep(30 * interval)
+	if s := staleness(); s != 0 {
+		t.Errorf("view staleness %v s on an idle instance with Redis up (%v since the last round), want 0", s, l.Stats().SinceSync)
+	}
+
 	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +104,9 @@ func TestStallVisible(t *testing.T) {
 	}
 	if !got503 {
 		t.Fatal("no 503 under a FailClosed stall")
+	}
+	if s := staleness(); s <= 0 {
+		t.Errorf("view staleness %v s with Redis stalled and rounds unanswered, want above 0", s)
 	}
 	if n := testutil.ToFloat64(labelled(hc, "hybridlimit_sync_decisions_total", "denied", "fail_closed")); n < 1 {
 		t.Errorf("fail_closed denials = %v, want at least 1", n)

@@ -150,13 +150,7 @@ func LoadConfig(files []File, merge bool) (*Config, error) {
 }
 
 func (c *Config) load(f File, merge bool) error {
-	fail := func(line int, format string, args ...any) error {
-		where := f.Name
-		if line > 0 {
-			where = fmt.Sprintf("%s:%d", f.Name, line)
-		}
-		return fmt.Errorf("%w: %s: %s", ErrConfig, where, fmt.Sprintf(format, args...))
-	}
+	fail := failer(f.Name)
 	var doc yaml.Node
 	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
 		return fail(0, "%v", err)
@@ -170,8 +164,27 @@ func (c *Config) load(f File, merge bool) error {
 	if err := doc.Decode(&root); err != nil && len(doc.Content) > 0 {
 		return fail(0, "%v", err)
 	}
+	return c.add(root, merge, fail)
+}
+
+// failer returns the error maker of one source of rules (a file, an xDS
+// resource): its errors wrap ErrConfig and name the source and the line
+// (0: no line).
+func failer(source string) func(line int, format string, args ...any) error {
+	return func(line int, format string, args ...any) error {
+		where := source
+		if line > 0 {
+			where = fmt.Sprintf("%s:%d", source, line)
+		}
+		return fmt.Errorf("%w: %s: %s", ErrConfig, where, fmt.Sprintf(format, args...))
+	}
+}
+
+// add checks one domain's rules and adds them to c, into the domain's tree
+// if merge is set and the domain is there already.
+func (c *Config) add(root yamlRoot, merge bool, fail func(int, string, ...any) error) error {
 	if root.Domain == "" {
-		return fail(0, "the file has no domain (or an empty one)")
+		return fail(0, "no domain (or an empty one)")
 	}
 	dom, dup := c.domains[root.Domain]
 	if dup && !merge {

@@ -29,7 +29,9 @@
 // is given back through the limiter's Refund: the replica may spend it
 // again, and hands it back to Redis at its next round if it does not need
 // it. Under SHADOW_MODE every descriptor is charged, since the request goes
-// through.
+// through. The loop, the verdict (quota_mode included) and the give-back
+// are ruleset.Decide's, the HTTP and gRPC rules' one decision loop: the
+// descriptors matched to rules are its applications, asked with AfterPeek.
 //
 // In fixed-window mode (HYBRIDLIMIT_MODE=fixed_window) rules are counted as
 // the reference counts them, for users who need its numbers: windows
@@ -64,10 +66,15 @@
 // # Files
 //
 //   - config.go, match.go, unit.go: the rules YAML, its checks, matching;
-//   - service.go: ShouldRateLimit; hybrid.go and fixedwindow.go, the two
-//     ways of counting;
-//   - runtime.go: reading and watching the runtime directory;
+//   - service.go: ShouldRateLimit, the descriptors as the applications of
+//     ruleset.Decide; hybrid.go and fixedwindow.go, the two ways of
+//     counting;
+//   - runtime.go: reading and watching the runtime directory; xds.go: the
+//     rules from an xDS management server (CONFIG_TYPE=GRPC_XDS_SOTW);
+//   - certs.go: certificate files, read again when they change;
 //   - settings.go, log.go: the environment;
 //   - server.go, http.go: the listeners, health, /json and the debug port;
-//   - stats.go, collector.go: the counters and their Prometheus names.
+//   - stats.go, collector.go, mapping.go: the counters, and their
+//     Prometheus names through a statsd_exporter mapping;
+//   - tracing.go: OpenTelemetry spans, exported over OTLP.
 package rls

@@ -13,6 +13,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/lua"
 )
@@ -40,7 +42,7 @@ type fixedBackend struct {
 	jitter          int64 // EXPIRATION_JITTER_MAX_SECONDS
 	stopWhenOver    bool  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
 	nearRatio       float32
-	policy          Policy
+	policy          hybridlimit.FailurePolicy
 	maxWait         time.Duration // bounds each request's Redis calls
 	now             func() time.Time
 	fallbacks       *atomic.Uint64
@@ -57,14 +59,17 @@ type window struct {
 	count   uint64 // the count after it
 }
 
-func (f *fixedBackend) decide(ctx context.Context, items []*item, _ bool) error {
+// prepare counts every item's window, pipelined, and fills its status:
+// the reference counts all of a request's hits at once, whatever the
+// verdict, so there is nothing to order and nothing spent to give back.
+func (f *fixedBackend) prepare(ctx context.Context, items []*item, _ bool) ([]*item, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.maxWait)
 	defer cancel()
 	now := f.now().Unix()
 	ws := make([]*window, len(items))
 	for i, it := range items {
 		if it.negative {
-			return fmt.Errorf("rls: descriptor %s: %w", it.m.statKey, errNegativeHits)
+			return nil, fmt.Errorf("rls: descriptor %s: %w", it.m.statKey, errNegativeHits)
 		}
 		div := int64(it.rule.Period / time.Second)
 		c := f.main
@@ -75,16 +80,22 @@ func (f *fixedBackend) decide(ctx context.Context, items []*item, _ bool) error 
 	}
 	if f.stopWhenOver {
 		if err := f.withoutOver(ctx, ws); err != nil {
-			return f.failed(items, err)
+			return items, f.failed(items, err)
 		}
 	}
 	if err := f.count(ctx, ws); err != nil {
-		return f.failed(items, err)
+		return items, f.failed(items, err)
 	}
 	for _, w := range ws {
 		f.answer(w)
 	}
-	return nil
+	return items, nil
+}
+
+// ask returns what prepare answered: nothing spent that a denial gives
+// back, as the reference counts every hit.
+func (f *fixedBackend) ask(context.Context, *item, bool) (ruleset.Spend, error) {
+	return ruleset.Spend{}, nil
 }
 
 // withoutOver applies STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT as the
@@ -190,14 +201,14 @@ func (f *fixedBackend) answer(w *window) {
 // asked, or reports the failure.
 func (f *fixedBackend) failed(items []*item, err error) error {
 	f.fallbacks.Add(uint64(len(items)))
-	if f.policy == PolicyError || errors.Is(err, context.Canceled) {
+	if f.policy == hybridlimit.FailError || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	now := f.now().Unix()
 	for _, it := range items {
 		div := int64(it.rule.Period / time.Second)
 		reset := time.Duration(div-now%div) * time.Second
-		if f.policy == PolicyFailOpen {
+		if f.policy == hybridlimit.FailOpen {
 			it.status = newStatus(it.rule, rlspb.RateLimitResponse_OK, 0, reset)
 		} else {
 			it.status = newStatus(it.rule, rlspb.RateLimitResponse_OVER_LIMIT, 0, reset)
@@ -205,9 +216,6 @@ func (f *fixedBackend) failed(items []*item, err error) error {
 	}
 	return nil
 }
-
-// refund is a no-op: the reference counts every hit, and so does this mode.
-func (f *fixedBackend) refund(context.Context, []*item) (uint64, error) { return 0, nil }
 
 // key names a window's counter as the reference does: prefix, domain, '_',
 // then key_value_ per entry (the pattern for a value shared by

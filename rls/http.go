@@ -11,6 +11,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -37,7 +38,8 @@ func (s *Server) httpHandler() http.Handler {
 // a POSTed RateLimitRequest in protojson, answered with the response in
 // protojson, status 200 for OK and 429 for OVER_LIMIT; 400 for a body or
 // request it cannot read, 500 (and 503 when the store could not be asked)
-// with the error as text.
+// with the error as text. A request's W3C trace context (traceparent) is
+// the parent of its span when tracing is on.
 func JSONHandler(svc *Service, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -55,7 +57,11 @@ func JSONHandler(svc *Service, log *slog.Logger) http.Handler {
 			http.Error(w, "not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		resp, err := svc.ShouldRateLimit(r.Context(), &req)
+		ctx := r.Context()
+		if svc.tracer != nil {
+			ctx = svc.tracer.props.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		resp, err := svc.ShouldRateLimit(ctx, &req)
 		if err != nil {
 			st, _ := status.FromError(err)
 			code := http.StatusInternalServerError

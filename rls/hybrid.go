@@ -15,15 +15,16 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 )
 
-// Decider is the part of the hybrid limiter (package sync) the default
-// mode uses: *hlsync.Limiter satisfies it. Refund gives back what a
-// request that did not go ahead spent.
-type Decider interface {
-	AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
-	Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error)
-	Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error
+// decider is what the default mode asks of the hybrid limiter (package
+// sync): to decide, to peek, and to give back what a request that did not
+// go ahead spent.
+type decider interface {
+	hybridlimit.Limiter
+	hybridlimit.Peeker
+	hybridlimit.Refunder
 }
 
 // hybridBackend serves every rule as a token bucket of requests_per_unit
@@ -33,8 +34,8 @@ type Decider interface {
 // the policy error is the limiter's fail-closed, its denials answered
 // UNAVAILABLE.
 type hybridBackend struct {
-	main, perSecond Decider
-	policy          Policy
+	main, perSecond decider
+	policy          hybridlimit.FailurePolicy
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
@@ -46,39 +47,29 @@ type store struct {
 	close func(context.Context) error
 }
 
-func (h *hybridBackend) decider(r *Rule) Decider {
+func (h *hybridBackend) limiterFor(r *Rule) decider {
 	if r.Unit == rlspb.RateLimitResponse_RateLimit_SECOND && h.perSecond != nil {
 		return h.perSecond
 	}
 	return h.main
 }
 
-// decide answers each item. Unless final, it spends nothing once a
-// descriptor that decides the request (neither shadow nor quota) is over
-// its limit: the request is denied, so the others are only peeked at. It
-// decides those descriptors first, the one with the least room first, so
-// that a denied request rarely spends anywhere; what it did spend before the
-// denial, refund gives back.
-func (h *hybridBackend) decide(ctx context.Context, items []*item, final bool) error {
-	order := items
+// prepare orders the items for ruleset.Decide, which spends nothing once
+// a descriptor that decides the request (neither shadow nor quota) is over
+// its limit (AfterPeek): the request is denied, so the others are only
+// peeked at. Unless final, the descriptors that decide come first, the one
+// with the least room first, so that a denied request rarely spends
+// anywhere; what it did spend before the denial, the give-back returns.
+func (h *hybridBackend) prepare(ctx context.Context, items []*item, final bool) ([]*item, error) {
 	if !final && len(items) > 1 {
-		order = h.order(ctx, items)
+		return h.order(ctx, items), nil
 	}
-	stopped := false
-	for _, it := range order {
-		if err := h.decideOne(ctx, it, final || !stopped); err != nil {
-			return err
-		}
-		if !final && it.status.Code == rlspb.RateLimitResponse_OVER_LIMIT && !it.shadow() && !it.quota {
-			stopped = true
-		}
-	}
-	return nil
+	return items, nil
 }
 
-// order returns items sorted for decide: the deciding descriptors first,
-// by the share of their bucket this request would leave (least first),
-// then quota descriptors, then shadow ones.
+// order returns items sorted for ruleset.Decide: the deciding descriptors
+// first, by the share of their bucket this request would leave (least
+// first), then quota descriptors, then shadow ones.
 func (h *hybridBackend) order(ctx context.Context, items []*item) []*item {
 	type ranked struct {
 		it    *item
@@ -95,7 +86,7 @@ func (h *hybridBackend) order(ctx context.Context, items []*item) []*item {
 			r.class = 1
 		default:
 			if lim, ok := it.rule.limit(); ok {
-				if p, err := h.decider(it.rule).Peek(ctx, h.key(it), lim); err == nil {
+				if p, err := h.limiterFor(it.rule).Peek(ctx, h.key(it), lim); err == nil {
 					r.room = float64(p.Remaining-int64(min(it.hits, 1<<53))) / float64(lim.Burst)
 				}
 			} else {
@@ -117,8 +108,9 @@ func (h *hybridBackend) order(ctx context.Context, items []*item) []*item {
 	return out
 }
 
-// decideOne answers one item, spending its hits only if spend is set.
-func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) error {
+// ask answers one item, spending its hits only if spend is set, and
+// returns what it spent.
+func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.Spend, error) {
 	r := it.rule
 	rpu := uint64(r.RequestsPerUnit)
 	near := nearThreshold(r.RequestsPerUnit, h.nearRatio)
@@ -126,56 +118,55 @@ func (h *hybridBackend) decideOne(ctx context.Context, it *item, spend bool) err
 	switch {
 	case !ok && it.hits == 0: // requests_per_unit 0: a check is all that passes
 		it.status = newStatus(r, rlspb.RateLimitResponse_OK, 0, 0)
-		return nil
+		return ruleset.Spend{}, nil
 	case ok && it.negative:
-		return h.giveBack(ctx, h.decider(r), it, lim)
+		return ruleset.Spend{}, h.giveBack(ctx, h.limiterFor(r), it, lim)
 	case !ok || it.hits > uint64(lim.Burst):
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
-		return nil
+		return ruleset.Spend{}, nil
 	}
-	d := h.decider(r)
+	d := h.limiterFor(r)
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
 		if err != nil {
-			return fmt.Errorf("rls: %w", err)
+			return ruleset.Spend{}, fmt.Errorf("rls: %w", err)
 		}
 		if it.hits == 0 || uint64(p.Remaining) >= it.hits {
 			it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
 			used := rpu - min(rpu, uint64(p.Remaining))
 			it.stats.count(false, false, used, used, it.hits, rpu, near)
-			return nil
+			return ruleset.Spend{}, nil
 		}
 		h.deny(it, max(p.RetryAfter, time.Second), rpu, near)
-		return nil
+		return ruleset.Spend{}, nil
 	}
 	res, err := d.AllowN(ctx, h.key(it), lim, int64(it.hits))
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return ctx.Err() // the caller gave up
+		return ruleset.Spend{}, ctx.Err() // the caller gave up
 	case err != nil:
-		return fmt.Errorf("rls: %w", err)
+		return ruleset.Spend{}, fmt.Errorf("rls: %w", err)
 	case res.Source == hybridlimit.SourceFallback:
 		h.fallbacks.Add(1)
-		if h.policy == PolicyError && !res.Allowed {
-			return fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
+		if h.policy == hybridlimit.FailError && !res.Allowed {
+			return ruleset.Spend{}, fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
 	if !res.Allowed {
 		h.deny(it, res.RetryAfter, rpu, near)
-		return nil
+		return ruleset.Spend{}, nil
 	}
-	it.spent = int64(it.hits)
 	it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(res.Remaining), res.ResetAfter)
 	after := rpu - min(rpu, uint64(res.Remaining))
 	it.stats.count(false, false, after-min(after, it.hits), after, it.hits, rpu, near)
-	return nil
+	return ruleset.Spend{Limiter: d, Key: h.key(it), Limit: lim, Cost: int64(it.hits)}, nil
 }
 
 // giveBack answers a descriptor with is_negative_hits: its hits go back
 // into the bucket, as far as this replica's limiter admitted them for the
 // key (Refund), and the status says what is left.
-func (h *hybridBackend) giveBack(ctx context.Context, d Decider, it *item, lim hybridlimit.Limit) error {
+func (h *hybridBackend) giveBack(ctx context.Context, d decider, it *item, lim hybridlimit.Limit) error {
 	if it.hits > 0 {
 		if err := d.Refund(ctx, h.key(it), lim, int64(min(it.hits, uint64(lim.Burst)))); err != nil {
 			return fmt.Errorf("rls: refund: %w", err)
@@ -198,25 +189,6 @@ func (h *hybridBackend) deny(it *item, retry time.Duration, rpu, near uint64) {
 	}
 	it.status = newStatus(it.rule, code, 0, retry)
 	it.stats.count(true, it.shadow(), rpu, rpu+it.hits, it.hits, rpu, near)
-}
-
-func (h *hybridBackend) refund(ctx context.Context, items []*item) (uint64, error) {
-	var given uint64
-	var errs []error
-	for _, it := range items {
-		if it.spent <= 0 {
-			continue
-		}
-		lim, _ := it.rule.limit()
-		if err := h.decider(it.rule).Refund(ctx, h.key(it), lim, it.spent); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		given += uint64(it.spent)
-		it.status.LimitRemaining = clampRemaining(min(int64(it.status.LimitRemaining)+it.spent, lim.Burst))
-		it.spent = 0
-	}
-	return given, errors.Join(errs...)
 }
 
 func (h *hybridBackend) ping(ctx context.Context) error {

@@ -47,7 +47,7 @@ func (f *fakeDecider) Refund(_ context.Context, key string, _ hybridlimit.Limit,
 }
 
 // newTestService is a Service over the rules in yaml on the limiter d.
-func newTestService(t *testing.T, yaml string, d Decider, policy Policy) *Service {
+func newTestService(t *testing.T, yaml string, d decider, policy hybridlimit.FailurePolicy) *Service {
 	t.Helper()
 	cfg, err := LoadConfig([]File{{"d.yaml", []byte(yaml)}}, false)
 	if err != nil {
@@ -64,7 +64,7 @@ func newTestService(t *testing.T, yaml string, d Decider, policy Policy) *Servic
 func fakeService(t *testing.T, yaml string, left map[string]int64) (*Service, *fakeDecider) {
 	t.Helper()
 	fake := &fakeDecider{left: left, refunds: map[string]int64{}}
-	return newTestService(t, yaml, fake, PolicyFallbackLocal), fake
+	return newTestService(t, yaml, fake, hybridlimit.FallbackLocal), fake
 }
 
 const twoRules = `domain: d
@@ -146,18 +146,18 @@ func TestFailurePolicyAnswers(t *testing.T) {
 	fallbackAdmit := hybridlimit.Result{Source: hybridlimit.SourceFallback, Allowed: true, Remaining: 3}
 	redisDeny := hybridlimit.Result{Source: hybridlimit.SourceGlobal, RetryAfter: time.Second}
 	tests := []struct {
-		policy   Policy
+		policy   hybridlimit.FailurePolicy
 		res      hybridlimit.Result
 		want     rlspb.RateLimitResponse_Code // UNKNOWN: UNAVAILABLE
 		fallback uint64
 	}{
-		{PolicyFallbackLocal, fallbackAdmit, rlspb.RateLimitResponse_OK, 1},
-		{PolicyFallbackLocal, fallbackDeny, rlspb.RateLimitResponse_OVER_LIMIT, 1},
-		{PolicyFailOpen, fallbackAdmit, rlspb.RateLimitResponse_OK, 1},
-		{PolicyFailClosed, fallbackDeny, rlspb.RateLimitResponse_OVER_LIMIT, 1},
-		{PolicyError, fallbackDeny, rlspb.RateLimitResponse_UNKNOWN, 1},
-		{PolicyError, redisDeny, rlspb.RateLimitResponse_OVER_LIMIT, 0},
-		{PolicyFallbackLocal, redisDeny, rlspb.RateLimitResponse_OVER_LIMIT, 0},
+		{hybridlimit.FallbackLocal, fallbackAdmit, rlspb.RateLimitResponse_OK, 1},
+		{hybridlimit.FallbackLocal, fallbackDeny, rlspb.RateLimitResponse_OVER_LIMIT, 1},
+		{hybridlimit.FailOpen, fallbackAdmit, rlspb.RateLimitResponse_OK, 1},
+		{hybridlimit.FailClosed, fallbackDeny, rlspb.RateLimitResponse_OVER_LIMIT, 1},
+		{hybridlimit.FailError, fallbackDeny, rlspb.RateLimitResponse_UNKNOWN, 1},
+		{hybridlimit.FailError, redisDeny, rlspb.RateLimitResponse_OVER_LIMIT, 0},
+		{hybridlimit.FallbackLocal, redisDeny, rlspb.RateLimitResponse_OVER_LIMIT, 0},
 	}
 	for _, tt := range tests {
 		d := &fixedDecider{fakeDecider: fakeDecider{left: map[string]int64{}, refunds: map[string]int64{}}, res: tt.res}
@@ -184,7 +184,7 @@ type replica struct {
 // newReplica is a replica on a hybrid limiter of its own over rdb, the
 // rules in yaml, keys under prefix: a replica of the service as NewServer
 // builds it. The limiter is closed when the test ends, if not before.
-func newReplica(t *testing.T, rdb *redistest.Server, prefix, yaml string, policy Policy) *replica {
+func newReplica(t *testing.T, rdb *redistest.Server, prefix, yaml string, policy hybridlimit.FailurePolicy) *replica {
 	t.Helper()
 	lim, err := hlsync.New(rdb.Client(t), hlsync.WithPrefix(prefix), hlsync.WithFailurePolicy(limiterPolicy(policy)),
 		hlsync.WithMaxWait(2*time.Second)) // Redis's answers are the claim, not a fetch slow under -race
@@ -229,7 +229,7 @@ func TestRefundsReachRedis(t *testing.T) {
 
 	t.Run("denied request", func(t *testing.T) {
 		prefix := redistest.Prefix(t)
-		a, b := newReplica(t, rdb, prefix, twoRules, PolicyFallbackLocal), newReplica(t, rdb, prefix, twoRules, PolicyFallbackLocal)
+		a, b := newReplica(t, rdb, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, rdb, prefix, twoRules, hybridlimit.FallbackLocal)
 		if r := b.call(t, hits("b", 100, false)); code(r) != ok {
 			t.Fatalf("replica b spending b's whole bucket: %v", r)
 		}
@@ -252,7 +252,7 @@ func TestRefundsReachRedis(t *testing.T) {
 
 	t.Run("is_negative_hits", func(t *testing.T) {
 		prefix := redistest.Prefix(t)
-		a, b := newReplica(t, rdb, prefix, twoRules, PolicyFallbackLocal), newReplica(t, rdb, prefix, twoRules, PolicyFallbackLocal)
+		a, b := newReplica(t, rdb, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, rdb, prefix, twoRules, hybridlimit.FallbackLocal)
 		if r := a.call(t, hits("a", 5, false)); code(r) != ok || r.Statuses[0].LimitRemaining != 5 {
 			t.Fatalf("5 of 10: %v", r)
 		}

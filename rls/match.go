@@ -6,6 +6,15 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
+// Match returns the rule a descriptor of a request to domain gets, nil when
+// none applies (the domain is not configured, or no rule matches); a
+// descriptor with a limit override gets a rule made from it. Matching is
+// the reference's, as lookup says.
+func (c *Config) Match(domain string, d *rlpb.RateLimitDescriptor) *Rule {
+	m, _ := c.lookup(domain, d)
+	return m.rule
+}
+
 // match is the rule a request descriptor matched, with what the request adds
 // to it: the stat key its hits count under, and, per entry, the wildcard
 // pattern that stands for the entry's value when share_threshold makes

@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/metrics"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -50,6 +51,7 @@ type Server struct {
 	reached  atomic.Bool // Redis has answered since start
 	draining atomic.Bool
 	clients  []redis.UniversalClient
+	xds      *xdsSource // nil: the rules come from the runtime directory
 	addrs    struct {
 		grpc, http, debug atomic.Value // string
 	}
@@ -104,21 +106,39 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 		svc.backend = h
 	}
 	s.svc = svc
-	s.reg.MustRegister(NewCollector(svc, prometheus.Labels(set.ExtraTags)))
+	if set.ConfigType == ConfigXDS {
+		if s.xds, err = newXDSSource(set.XDS, set.Runtime.Merge, svc, log, s.updateHealth, &svc.c.certs); err != nil {
+			s.closeClients()
+			return nil, err
+		}
+	}
+	mapping, note, err := metricMappingFrom(set)
+	if err != nil {
+		s.closeClients()
+		return nil, err
+	}
+	if note != "" {
+		log.Warn("rls: " + note)
+	}
+	col, err := NewCollector(svc, prometheus.Labels(set.ExtraTags), mapping)
+	if err != nil {
+		s.closeClients()
+		return nil, err
+	}
+	// The Go runtime's and the process's metrics, which dashboards of the
+	// reference read (process_resident_memory_bytes, go_memstats_*).
+	s.reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
 }
 
 // limiterPolicy is the limiter's failure policy for each of the
 // service's: under error the limiter denies, and the service answers its
 // denials UNAVAILABLE (hybridBackend).
-func limiterPolicy(p Policy) hlsync.FailurePolicy {
-	switch p {
-	case PolicyFailOpen:
-		return hlsync.FailOpen
-	case PolicyFailClosed, PolicyError:
-		return hlsync.FailClosed
+func limiterPolicy(p hybridlimit.FailurePolicy) hybridlimit.FailurePolicy {
+	if p == hybridlimit.FailError {
+		return hybridlimit.FailClosed
 	}
-	return hlsync.FallbackLocal
+	return p
 }
 
 // hybrid builds the hybrid backend: one limiter per Redis.
@@ -187,7 +207,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	if h, ok := s.svc.backend.(*hybridBackend); ok {
-		for _, d := range []Decider{h.main, h.perSecond} {
+		for _, d := range []decider{h.main, h.perSecond} {
 			if st, ok := d.(starter); ok {
 				if err := st.Start(); err != nil {
 					return fmt.Errorf("rls: %w", err)
@@ -195,8 +215,26 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
-	rl := &reloader{rt: s.set.Runtime, svc: s.svc, log: s.log, loaded: s.updateHealth}
-	rl.reload()
+	if s.set.Tracing.Enabled {
+		tr, err := newTracer(ctx, s.set.Tracing)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.shutdown(sctx); err != nil {
+				s.log.Warn("rls: sending the last spans", "err", err)
+			}
+		}()
+		s.svc.tracer = tr
+		s.log.Info("rls: tracing", "protocol", s.set.Tracing.Protocol, "service", s.set.Tracing.ServiceName, "sampling_rate", s.set.Tracing.SamplingRate)
+	}
+	var rl *reloader
+	if s.xds == nil {
+		rl = &reloader{rt: s.set.Runtime, svc: s.svc, log: s.log, loaded: s.updateHealth}
+		rl.reload()
+	}
 	s.updateHealth()
 
 	grpcSrv, err := s.grpcServer()
@@ -239,7 +277,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.addrs.http.Store(httpLis.Addr().String())
 	s.addrs.debug.Store(debugLis.Addr().String())
 	s.log.Info("rls: listening", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"debug", debugLis.Addr().String(), "mode", s.set.Mode.String(), "failure_policy", s.set.Policy.String())
+		"debug", debugLis.Addr().String(), "mode", s.set.Mode.String(), "failure_policy", s.set.Policy.String(),
+		"config", s.set.ConfigType)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -256,7 +295,11 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	g.Go(func() error { return rl.watch(gctx, s.set.ConfigPoll) })
+	if rl != nil {
+		g.Go(func() error { return rl.watch(gctx, s.set.ConfigPoll) })
+	} else {
+		g.Go(func() error { return s.xds.run(gctx) })
+	}
 	g.Go(func() error { s.healthLoop(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -310,19 +353,28 @@ func (s *Server) grpcServer() (*grpc.Server, error) {
 		MaxConnectionAge: s.set.GRPCMaxConnAge, MaxConnectionAgeGrace: s.set.GRPCMaxConnAgeGrace,
 	})}
 	if s.set.GRPCTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(s.set.GRPCTLSCert, s.set.GRPCTLSKey)
+		kp, err := newKeyPair(s.set.GRPCTLSCert, s.set.GRPCTLSKey, s.log, &s.svc.c.certs)
 		if err != nil {
 			return nil, fmt.Errorf("rls: GRPC_SERVER_TLS_CERT/KEY: %w", err)
 		}
-		conf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		conf := &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return kp.get(), nil },
+		}
 		if s.set.GRPCClientCA != "" {
 			pool, err := certPool(s.set.GRPCClientCA)
 			if err != nil {
 				return nil, fmt.Errorf("rls: GRPC_CLIENT_TLS_CACERT: %w", err)
 			}
 			conf.ClientCAs, conf.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			if s.set.GRPCClientSAN != "" {
+				conf.VerifyPeerCertificate = requireSAN(s.set.GRPCClientSAN)
+			}
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(conf)))
+	}
+	if s.svc.tracer != nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.svc.tracer.unary))
 	}
 	g := grpc.NewServer(opts...)
 	rlspb.RegisterRateLimitServiceServer(g, s.svc)
@@ -371,13 +423,15 @@ func (s *Server) healthy() (bool, string) {
 	switch {
 	case s.draining.Load():
 		return false, "shutting down"
-	case s.svc.Config() == nil:
+	case s.svc.Config() == nil && !s.set.ForceStart && s.xds != nil:
+		return false, "no rules from the xDS server yet"
+	case s.svc.Config() == nil && !s.set.ForceStart:
 		return false, "no rules loaded"
-	case s.set.HealthyWithConfig && len(s.svc.Config().Domains()) == 0:
+	case s.set.HealthyWithConfig && (s.svc.Config() == nil || len(s.svc.Config().Domains()) == 0):
 		return false, "no domain configured (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)"
 	case !s.reached.Load():
 		return false, "redis has not answered yet"
-	case !s.redisOK.Load() && (s.set.RedisHealth || s.set.Policy == PolicyError):
+	case !s.redisOK.Load() && (s.set.RedisHealth || s.set.Policy == hybridlimit.FailError):
 		return false, "redis does not answer"
 	}
 	return true, ""
@@ -477,16 +531,4 @@ func redisTLS(set Settings) (*tls.Config, error) {
 		conf.RootCAs = pool
 	}
 	return conf, nil
-}
-
-func certPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
 }

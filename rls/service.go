@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/hybridlimit/hybridlimit/internal/ruleset"
 )
 
 // Errors ShouldRateLimit returns, as gRPC statuses: InvalidArgument for a
@@ -48,22 +50,21 @@ type item struct {
 	key       string // the backend's name for the counter, once made
 	stats     *ruleCounters
 	status    *rlspb.RateLimitResponse_DescriptorStatus
-	// spent is the cost the store took for this item, which a refund
-	// gives back when another descriptor denies the request.
-	spent int64
 }
 
 func (it *item) shadow() bool { return it.rule != nil && it.rule.Shadow }
 
-// backend answers the items of one request that have a rule.
+// backend answers the items of one request that have a rule, as the
+// applications of the one decision loop, ruleset.Decide.
 type backend interface {
-	// decide fills the status of every item with a rule. final tells the
-	// backend that every descriptor is charged whatever the outcome
-	// (SHADOW_MODE): it may not skip spending on any.
-	decide(ctx context.Context, items []*item, final bool) error
-	// refund gives back what the items spent, for a request another
-	// descriptor denied. It reports the hits given back.
-	refund(ctx context.Context, items []*item) (uint64, error)
+	// prepare readies the items for ask and returns them in the order to
+	// ask them. final tells the backend that every descriptor is charged
+	// whatever the outcome (SHADOW_MODE): it may not skip spending on any.
+	prepare(ctx context.Context, items []*item, final bool) ([]*item, error)
+	// ask fills the status of one prepared item, spending its hits only if
+	// spend is set, and returns what it spent: what the give-back returns
+	// when the request is denied (Cost 0: nothing, or nothing to return).
+	ask(ctx context.Context, it *item, spend bool) (ruleset.Spend, error)
 	// ping checks that every store answers.
 	ping(ctx context.Context) error
 	close(ctx context.Context) error
@@ -82,6 +83,7 @@ type Service struct {
 	rules   *statSet
 	c       serviceCounters
 	log     *slog.Logger
+	tracer  *tracer // nil: no tracing
 }
 
 // serviceOptions are the settings a Service reads on every request.
@@ -115,7 +117,15 @@ func (s *Service) RuleStats() []RuleStats { return s.rules.snapshot() }
 func (s *Service) Stats() ServiceStats { return s.c.snapshot(s.rules.dropped.Load()) }
 
 // ShouldRateLimit decides a request as Envoy's rate limit filter sends it.
+// With tracing on, each call is a span, the child of the caller's.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	ctx, span := s.tracer.startSpan(ctx, req)
+	resp, err := s.shouldRateLimit(ctx, req)
+	endSpan(span, resp, err)
+	return resp, err
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
 	defer func() { s.c.observe(time.Since(start)) }()
 	resp, err := s.decide(ctx, req)
@@ -150,25 +160,68 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 	if err != nil {
 		return nil, err
 	}
-	var limited []*item
+	var limited, others []*item
 	for _, it := range items {
-		if it.rule != nil {
+		switch {
+		case it.rule != nil:
 			limited = append(limited, it)
+		case !it.unlimited && s.opt.globalQuota:
+			others = append(others, it) // a quota descriptor no rule limits
 		}
 	}
 	if len(limited) > 0 {
-		if err := s.backend.decide(ctx, limited, s.opt.globalShadow); err != nil {
+		if limited, err = s.backend.prepare(ctx, limited, s.opt.globalShadow); err != nil {
 			return nil, err
 		}
 	}
-	resp := s.respond(items)
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-		if s.opt.globalShadow {
-			resp.OverallCode = rlspb.RateLimitResponse_OK
-			s.c.globalShadow.Add(1)
-		} else {
-			s.refund(ctx, limited)
+	apps := append(limited, others...)
+	spends := make([]ruleset.Spend, len(apps))
+	back := make([]int64, len(apps)) // what the give-back returned, per application
+	var errs []error
+	ask := func(i int, spend bool) (ruleset.Answer, error) {
+		it := apps[i]
+		if it.rule == nil {
+			return ruleset.Answer{Quota: true}, nil
 		}
+		sp, err := s.backend.ask(ctx, it, spend)
+		if err != nil {
+			return ruleset.Answer{}, err
+		}
+		spends[i] = sp
+		// The code already says shadow_mode's OK: a denial is what the
+		// status says, as Envoy reads it.
+		return ruleset.Answer{Spent: sp, Denied: it.status.Code == rlspb.RateLimitResponse_OVER_LIMIT, Quota: it.quota}, nil
+	}
+	opts := ruleset.DecideOptions{After: ruleset.AfterPeek, Shadow: s.opt.globalShadow}
+	rejected, err := ruleset.Decide(ctx, len(apps), opts, ask, func(i int, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		back[i] = spends[i].Cost
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := s.respond(items, rejected)
+	if rejected && s.opt.globalShadow {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+		s.c.globalShadow.Add(1)
+	}
+	// The statuses count what the give-back returned, the headers (made
+	// above) what the descriptors held when decided.
+	var given uint64
+	for i, n := range back {
+		if n > 0 {
+			st := apps[i].status
+			st.LimitRemaining = clampRemaining(min(int64(st.LimitRemaining)+n, spends[i].Limit.Burst))
+			given += uint64(n)
+		}
+	}
+	s.c.refunded.Add(given)
+	if err := errors.Join(errs...); err != nil {
+		s.c.refundErrors.Add(1)
+		s.log.Warn("rls: refund failed", "err", err)
 	}
 	return resp, nil
 }
@@ -237,13 +290,12 @@ func overrideRule(o *rlpb.RateLimitDescriptor_RateLimitOverride, statKey string)
 	return &Rule{FullKey: statKey, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: p, Multiplier: mult, override: true}, nil
 }
 
-// respond builds the response from the decided items: the overall code,
-// a status per descriptor in request order, and the headers.
-func (s *Service) respond(items []*item) *rlspb.RateLimitResponse {
+// respond builds the response from the decided items and the verdict: the
+// overall code, a status per descriptor in request order, and the headers.
+func (s *Service) respond(items []*item, rejected bool) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items))}
 	var header *rlspb.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
-	failed, quotaFailed, quota := 0, 0, 0
 	for i, it := range items {
 		st := it.status
 		switch {
@@ -256,24 +308,12 @@ func (s *Service) respond(items []*item) *rlspb.RateLimitResponse {
 		if st.CurrentLimit != nil && st.LimitRemaining < least {
 			header, least = st, st.LimitRemaining
 		}
-		if it.unlimited {
-			continue
-		}
-		isQuota := s.opt.globalQuota || (it.rule != nil && it.rule.Quota)
-		if isQuota {
-			quota++
-		}
-		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			if isQuota {
-				quotaFailed++
-			} else {
-				failed++
-				header, least = st, 0
-			}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !it.unlimited && !it.quota {
+			header, least = st, 0 // a descriptor that denies the request
 		}
 	}
 	resp.OverallCode = rlspb.RateLimitResponse_OK
-	if failed > 0 || (quota > 0 && quota == quotaFailed) {
+	if rejected {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	if s.opt.headers && header != nil {
@@ -284,16 +324,6 @@ func (s *Service) respond(items []*item) *rlspb.RateLimitResponse {
 		}
 	}
 	return resp
-}
-
-// refund gives back what the descriptors of a denied request spent.
-func (s *Service) refund(ctx context.Context, items []*item) {
-	n, err := s.backend.refund(context.WithoutCancel(ctx), items)
-	s.c.refunded.Add(n)
-	if err != nil {
-		s.c.refundErrors.Add(1)
-		s.log.Warn("rls: refund failed", "err", err)
-	}
 }
 
 // newStatus is a descriptor status with its rule's limit.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit"
 )
 
 // Mode is how rules are counted.
@@ -30,29 +32,6 @@ func (m Mode) String() string {
 	}
 	return "hybrid"
 }
-
-// Policy is what a decision does when Redis cannot be asked in time.
-type Policy int
-
-const (
-	// PolicyFallbackLocal enforces on each replica its share of each limit
-	// among the live replicas last seen, starting from what the replica
-	// last heard of the key; Redis takes what it admitted once it answers
-	// (the hybrid limiter's FallbackLocal). Hybrid mode only.
-	PolicyFallbackLocal Policy = iota
-	// PolicyFailOpen admits.
-	PolicyFailOpen
-	// PolicyFailClosed denies.
-	PolicyFailClosed
-	// PolicyError answers the call with gRPC UNAVAILABLE, for Envoy's
-	// failure_mode_deny to decide (in hybrid mode: the denials of the
-	// limiter's FailClosed).
-	PolicyError
-)
-
-var policyNames = map[Policy]string{PolicyFallbackLocal: "fallback-local", PolicyFailOpen: "fail-open", PolicyFailClosed: "fail-closed", PolicyError: "error"}
-
-func (p Policy) String() string { return policyNames[p] }
 
 // RedisSettings say how to reach one Redis deployment, as the REDIS_*
 // variables (or REDIS_PERSECOND_*) spell it.
@@ -80,6 +59,9 @@ type Settings struct {
 	GRPCMaxConnAgeGrace       time.Duration
 	GRPCTLSCert, GRPCTLSKey   string
 	GRPCClientCA              string
+	// GRPCClientSAN is the name a client's certificate must carry
+	// (GRPC_CLIENT_TLS_SAN).
+	GRPCClientSAN string
 
 	LogLevel, LogFormat string
 
@@ -106,18 +88,44 @@ type Settings struct {
 	RemainingHeader           string
 	ResetHeader               string
 	HealthyWithConfig         bool
+	// ForceStart makes the service healthy before its first config loads
+	// (FORCE_START_WITHOUT_INITIAL_CONFIG): calls fail until then, as the
+	// reference's do.
+	ForceStart bool
+
+	// ConfigType is where the rules come from: ConfigFile, the runtime
+	// directory (the default), or ConfigXDS, an xDS management server.
+	ConfigType string
+	XDS        XDS
 
 	Prometheus     bool
 	PrometheusAddr string
 	PrometheusPath string
-	ExtraTags      map[string]string
+	// PrometheusMapperYAML is a statsd_exporter mapping file that names the
+	// reference's stats in Prometheus; "" uses the reference's default
+	// mapping (DefaultMetricMapping).
+	PrometheusMapperYAML string
+	// PrometheusResponseTimeMS leaves the default mapping's response time
+	// in milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
+	PrometheusResponseTimeMS bool
+	ExtraTags                map[string]string
+
+	Tracing Tracing
 
 	// Our own settings, HYBRIDLIMIT_*.
-	Mode          Mode
-	Optimistic    bool
-	SyncInterval  time.Duration
-	MaxWait       time.Duration
-	Policy        Policy
+	Mode         Mode
+	Optimistic   bool
+	SyncInterval time.Duration
+	MaxWait      time.Duration
+	// Policy is what a decision does when Redis cannot be asked in time:
+	// FallbackLocal enforces on each replica its share of each limit among
+	// the live replicas last seen, starting from what the replica last
+	// heard of the key, and Redis takes what it admitted once it answers
+	// (hybrid mode only); FailOpen admits; FailClosed denies; FailError
+	// answers the call with gRPC UNAVAILABLE, for Envoy's
+	// failure_mode_deny to decide (in hybrid mode: the denials of the
+	// limiter's FailClosed).
+	Policy        hybridlimit.FailurePolicy
 	InstanceID    string
 	ConfigPoll    time.Duration
 	MaxStatKeys   int
@@ -127,6 +135,47 @@ type Settings struct {
 	// with no effect here, our own it does not know. The caller logs
 	// them once.
 	Notes []string
+}
+
+// The values of CONFIG_TYPE.
+const (
+	ConfigFile = "FILE"
+	ConfigXDS  = "GRPC_XDS_SOTW"
+)
+
+// XDS says how to reach the xDS management server the rules come from with
+// CONFIG_TYPE=GRPC_XDS_SOTW: the Aggregated Discovery Service, state of the
+// world, one RateLimitConfig resource per domain (the CONFIG_GRPC_XDS_* and
+// XDS_CLIENT_* variables, with the reference's defaults).
+type XDS struct {
+	ServerURL string // host:port
+	NodeID    string
+	// NodeMetadata goes into the node's metadata as strings: "k=v,k2=v2".
+	NodeMetadata map[string]string
+	// Headers are sent as gRPC metadata on the stream: "k:v,k2:v2".
+	Headers map[string]string
+	// ConnectRetry is the wait between attempts to connect while the
+	// server cannot be reached.
+	ConnectRetry time.Duration
+	// Backoff is the wait before a new stream once one has ended, and
+	// before a version rejected once is rejected again.
+	Backoff Backoff
+	// MaxMsgSize bounds a response's size (0: gRPC's 4 MiB).
+	MaxMsgSize int
+	// TLS, when set, dials with TLS: ClientCert and ClientKey are the
+	// client's certificate (mutual TLS), ServerCA the CA that signs the
+	// server's, ServerSAN the name to check in it instead of the host's.
+	TLS                                        bool
+	ClientCert, ClientKey, ServerCA, ServerSAN string
+}
+
+// Backoff is an exponential backoff: Initial, doubled after each failure up
+// to Max; with Jitter each wait is drawn within RandomFactor of it
+// (0.5: between half and one and a half times).
+type Backoff struct {
+	Initial, Max time.Duration
+	RandomFactor float64
+	Jitter       bool
 }
 
 // Prefix starts the names of our own environment variables.
@@ -148,15 +197,11 @@ var moot = map[string]string{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "start-up never waits for Redis",
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "every decision is local already; no cache of over-limit keys is kept",
 	"RUNTIME_WATCH_ROOT":                           "every change under the runtime directory reloads, a symbolic link swap included",
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":           "the service always starts; until a config loads, calls fail and the health check says so",
 	"USE_STATSD":                                   "metrics are served for Prometheus (DEBUG_PORT /metrics, or PROMETHEUS_ADDR), not sent to statsd",
 	"STATSD_HOST":                                  "metrics are not sent to statsd",
 	"STATSD_PORT":                                  "metrics are not sent to statsd",
 	"STATS_FLUSH_INTERVAL":                         "Prometheus scrapes counters as they are",
-	"PROMETHEUS_MAPPER_YAML":                       "the metrics have fixed names, those of the reference's default mapping",
-	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "response time is in seconds",
 	"DISABLE_STATS":                                "counters cost nothing until scraped",
-	"TRACING_ENABLED":                              "tracing is not supported",
 	"RESPONSE_DYNAMIC_METADATA":                    "dynamic metadata is not supported",
 }
 
@@ -164,10 +209,8 @@ var moot = map[string]string{
 // anything but their default they stop it from starting, rather than be
 // ignored.
 var refused = map[string]string{
-	"CONFIG_TYPE":         "FILE",
-	"BACKEND_TYPE":        "redis",
-	"USE_DOG_STATSD":      "false",
-	"GRPC_CLIENT_TLS_SAN": "",
+	"BACKEND_TYPE":   "redis",
+	"USE_DOG_STATSD": "false",
 }
 
 // ours are the HYBRIDLIMIT_* variables FromEnv reads.
@@ -185,31 +228,34 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 		Host: e.str("HOST", "0.0.0.0"), Port: e.int("PORT", 8080),
 		DebugHost: e.str("DEBUG_HOST", "0.0.0.0"), DebugPort: e.int("DEBUG_PORT", 6070),
 		GRPCHost: e.str("GRPC_HOST", "0.0.0.0"), GRPCPort: e.int("GRPC_PORT", 8081),
-		GRPCUDS:             e.str("GRPC_UDS", ""),
-		GRPCMaxConnAge:      e.dur("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
-		GRPCMaxConnAgeGrace: e.dur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
-		LogLevel:            e.str("LOG_LEVEL", "WARN"),
-		LogFormat:           e.str("LOG_FORMAT", "text"),
-		Redis:               e.redis("REDIS_", "/var/run/nutcracker/ratelimit.sock"),
-		TLSClientCert:       e.str("REDIS_TLS_CLIENT_CERT", ""),
-		TLSClientKey:        e.str("REDIS_TLS_CLIENT_KEY", ""),
-		TLSCACert:           e.str("REDIS_TLS_CACERT", ""),
-		TLSSkipVerify:       e.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
-		RedisHealth:         e.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false),
-		CacheKeyPrefix:      e.str("CACHE_KEY_PREFIX", ""),
-		NearLimitRatio:      e.ratio("NEAR_LIMIT_RATIO", 0.8),
-		ExpirationJitter:    time.Duration(e.int("EXPIRATION_JITTER_MAX_SECONDS", 300)) * time.Second,
-		GlobalShadow:        e.bool("SHADOW_MODE", false),
-		GlobalQuota:         e.bool("QUOTA_MODE", false),
-		Headers:             e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
-		LimitHeader:         e.str("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-		RemainingHeader:     e.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-		ResetHeader:         e.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-		HealthyWithConfig:   e.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
-		Prometheus:          e.bool("USE_PROMETHEUS", false),
-		PrometheusAddr:      e.str("PROMETHEUS_ADDR", ":9090"),
-		PrometheusPath:      e.str("PROMETHEUS_PATH", "/metrics"),
-		ExtraTags:           e.tags("EXTRA_TAGS"),
+		GRPCUDS:                  e.str("GRPC_UDS", ""),
+		GRPCMaxConnAge:           e.dur("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
+		GRPCMaxConnAgeGrace:      e.dur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+		LogLevel:                 e.str("LOG_LEVEL", "WARN"),
+		LogFormat:                e.str("LOG_FORMAT", "text"),
+		Redis:                    e.redis("REDIS_", "/var/run/nutcracker/ratelimit.sock"),
+		TLSClientCert:            e.str("REDIS_TLS_CLIENT_CERT", ""),
+		TLSClientKey:             e.str("REDIS_TLS_CLIENT_KEY", ""),
+		TLSCACert:                e.str("REDIS_TLS_CACERT", ""),
+		TLSSkipVerify:            e.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
+		RedisHealth:              e.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false),
+		CacheKeyPrefix:           e.str("CACHE_KEY_PREFIX", ""),
+		NearLimitRatio:           e.ratio("NEAR_LIMIT_RATIO", 0.8),
+		ExpirationJitter:         time.Duration(e.int("EXPIRATION_JITTER_MAX_SECONDS", 300)) * time.Second,
+		GlobalShadow:             e.bool("SHADOW_MODE", false),
+		GlobalQuota:              e.bool("QUOTA_MODE", false),
+		Headers:                  e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+		LimitHeader:              e.str("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+		RemainingHeader:          e.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+		ResetHeader:              e.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+		HealthyWithConfig:        e.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		ForceStart:               e.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		Prometheus:               e.bool("USE_PROMETHEUS", false),
+		PrometheusAddr:           e.str("PROMETHEUS_ADDR", ":9090"),
+		PrometheusPath:           e.str("PROMETHEUS_PATH", "/metrics"),
+		PrometheusMapperYAML:     e.str("PROMETHEUS_MAPPER_YAML", ""),
+		PrometheusResponseTimeMS: e.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false),
+		ExtraTags:                e.pairs("EXTRA_TAGS", ":"),
 
 		Optimistic:    e.choice(Prefix+"RECONCILE", "reserve", "reserve", "optimistic") == "optimistic",
 		SyncInterval:  e.dur(Prefix+"SYNC_INTERVAL", 250*time.Millisecond),
@@ -223,9 +269,30 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 	if e.bool("GRPC_SERVER_USE_TLS", false) {
 		s.GRPCTLSCert, s.GRPCTLSKey = e.str("GRPC_SERVER_TLS_CERT", ""), e.str("GRPC_SERVER_TLS_KEY", "")
 		s.GRPCClientCA = e.str("GRPC_CLIENT_TLS_CACERT", "")
+		s.GRPCClientSAN = e.str("GRPC_CLIENT_TLS_SAN", "")
 		if s.GRPCTLSCert == "" || s.GRPCTLSKey == "" {
 			e.fail("GRPC_SERVER_USE_TLS", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 		}
+	}
+	if san, ok := e.lookup("GRPC_CLIENT_TLS_SAN"); ok && san != "" && s.GRPCClientCA == "" {
+		e.fail("GRPC_CLIENT_TLS_SAN", "needs GRPC_SERVER_USE_TLS=true and GRPC_CLIENT_TLS_CACERT: client certificates are asked for only with a CA to check them")
+	}
+	s.Tracing = Tracing{
+		Enabled:      e.bool("TRACING_ENABLED", false),
+		Protocol:     e.choice("TRACING_EXPORTER_PROTOCOL", "http", "http", "grpc"),
+		ServiceName:  e.str("TRACING_SERVICE_NAME", "RateLimit"),
+		Namespace:    e.str("TRACING_SERVICE_NAMESPACE", ""),
+		InstanceID:   e.str("TRACING_SERVICE_INSTANCE_ID", ""),
+		SamplingRate: parse(&e, "TRACING_SAMPLING_RATE", 1.0, "a number in [0, 1]", unitFloat),
+	}
+	switch t := strings.ToUpper(strings.TrimSpace(e.str("CONFIG_TYPE", ConfigFile))); t {
+	case ConfigFile, "":
+		s.ConfigType = ConfigFile
+	case ConfigXDS:
+		s.ConfigType = ConfigXDS
+		s.XDS = e.xds()
+	default:
+		e.fail("CONFIG_TYPE", fmt.Sprintf("%q: want %s or %s", t, ConfigFile, ConfigXDS))
 	}
 	root := e.str("RUNTIME_ROOT", "/srv/runtime_data/current")
 	s.Runtime = Runtime{
@@ -248,13 +315,13 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 	}
 	switch e.choice(Prefix+"FAILURE_POLICY", def, "fallback-local", "fail-open", "fail-closed", "error") {
 	case "fail-open":
-		s.Policy = PolicyFailOpen
+		s.Policy = hybridlimit.FailOpen
 	case "fail-closed":
-		s.Policy = PolicyFailClosed
+		s.Policy = hybridlimit.FailClosed
 	case "error":
-		s.Policy = PolicyError
+		s.Policy = hybridlimit.FailError
 	}
-	if s.Mode == ModeFixedWindow && s.Policy == PolicyFallbackLocal {
+	if s.Mode == ModeFixedWindow && s.Policy == hybridlimit.FallbackLocal {
 		e.fail(Prefix+"FAILURE_POLICY", "fallback-local needs the hybrid mode; fixed_window takes error, fail-open or fail-closed")
 	}
 	if s.MaxWait <= 0 || s.MaxWait > time.Minute {
@@ -381,17 +448,58 @@ func (e *envReader) choice(name, def string, allowed ...string) string {
 	return v
 }
 
-// tags reads "k1:v1,k2:v2", the reference's EXTRA_TAGS.
-func (e *envReader) tags(name string) map[string]string {
+// xds reads the CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables.
+func (e *envReader) xds() XDS {
+	x := XDS{
+		ServerURL:    e.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+		NodeID:       e.str("CONFIG_GRPC_XDS_NODE_ID", "default"),
+		NodeMetadata: e.pairs("CONFIG_GRPC_XDS_NODE_METADATA", "="),
+		Headers:      e.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ":"),
+		ConnectRetry: e.dur("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", 3*time.Second),
+		Backoff: Backoff{
+			Initial:      e.dur("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second),
+			Max:          e.dur("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second),
+			RandomFactor: parse(e, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5, "a number in [0, 1]", unitFloat),
+			Jitter:       e.bool("XDS_CLIENT_BACKOFF_JITTER", true),
+		},
+		MaxMsgSize: e.int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
+		TLS:        e.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false),
+		ClientCert: e.str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
+		ClientKey:  e.str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+		ServerCA:   e.str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
+		ServerSAN:  e.str("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+	}
+	if strings.TrimSpace(x.ServerURL) == "" {
+		e.fail("CONFIG_GRPC_XDS_SERVER_URL", "is empty: name the xDS server as host:port")
+	}
+	if x.ConnectRetry <= 0 {
+		e.fail("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "must be above 0")
+	}
+	if x.Backoff.Initial <= 0 || x.Backoff.Max < x.Backoff.Initial {
+		e.fail("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", fmt.Sprintf("%v must be above 0 and at most XDS_CLIENT_BACKOFF_MAX_INTERVAL (%v)", x.Backoff.Initial, x.Backoff.Max))
+	}
+	if (x.ClientCert == "") != (x.ClientKey == "") {
+		e.fail("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY come together")
+	}
+	return x
+}
+
+func unitFloat(v string) (float64, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	return f, err == nil && f >= 0 && f <= 1
+}
+
+// pairs reads "k1<sep>v1,k2<sep>v2" into a map; nil when unset.
+func (e *envReader) pairs(name, sep string) map[string]string {
 	v, ok := e.lookup(name)
 	if !ok || strings.TrimSpace(v) == "" {
 		return nil
 	}
 	m := map[string]string{}
 	for _, kv := range strings.Split(v, ",") {
-		k, val, found := strings.Cut(kv, ":")
+		k, val, found := strings.Cut(kv, sep)
 		if !found || strings.TrimSpace(k) == "" {
-			e.fail(name, fmt.Sprintf("%q is not a list of key:value", v))
+			e.fail(name, fmt.Sprintf("%q is not a list of key%svalue", v, sep))
 			return nil
 		}
 		m[strings.TrimSpace(k)] = strings.TrimSpace(val)

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit"
 )
 
 func lookupOf(env map[string]string) func(string) (string, bool) {
@@ -17,8 +19,31 @@ func TestFromEnvDefaults(t *testing.T) {
 	}
 	if s.Port != 8080 || s.GRPCPort != 8081 || s.DebugPort != 6070 || s.Redis.SocketType != "unix" ||
 		s.Runtime.Dir != "/srv/runtime_data/current/config" || s.NearLimitRatio != 0.8 || s.Mode != ModeHybrid ||
-		s.Policy != PolicyFallbackLocal || s.MaxWait != 10*time.Millisecond || s.LimitHeader != "RateLimit-Limit" {
+		s.Policy != hybridlimit.FallbackLocal || s.MaxWait != 10*time.Millisecond || s.LimitHeader != "RateLimit-Limit" {
 		t.Fatalf("defaults: %+v", s)
+	}
+}
+
+// TestFromEnvXDS reads Envoy Gateway's xDS settings, and the reference's
+// defaults for those it leaves out.
+func TestFromEnvXDS(t *testing.T) {
+	s, err := FromEnv(lookupOf(map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+		"CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,team=b", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := s.XDS
+	if s.ConfigType != ConfigXDS || !s.ForceStart || x.ServerURL != "envoy-gateway:18001" || x.NodeID != "envoy-ratelimit" ||
+		x.NodeMetadata["zone"] != "a" || x.NodeMetadata["team"] != "b" || !x.TLS || x.ClientKey != "/certs/tls.key" ||
+		x.ConnectRetry != 3*time.Second || x.Backoff != (Backoff{Initial: 10 * time.Second, Max: time.Minute, RandomFactor: 0.5, Jitter: true}) {
+		t.Fatalf("xDS settings: %+v", s)
+	}
+	if d, _ := FromEnv(lookupOf(nil), nil); d.ConfigType != ConfigFile || d.ForceStart {
+		t.Fatalf("defaults: config %q, force start %v", d.ConfigType, d.ForceStart)
 	}
 }
 
@@ -35,12 +60,19 @@ func TestFromEnvErrors(t *testing.T) {
 		{map[string]string{"HYBRIDLIMIT_MODE": "sliding"}, "HYBRIDLIMIT_MODE"},
 		{map[string]string{"HYBRIDLIMIT_MODE": "fixed_window", "HYBRIDLIMIT_FAILURE_POLICY": "fallback-local"}, "needs the hybrid mode"},
 		{map[string]string{"HYBRIDLIMIT_MAX_WAIT": "0s"}, "HYBRIDLIMIT_MAX_WAIT"},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m"}, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "3"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c"}, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "novalue"}, "CONFIG_GRPC_XDS_NODE_METADATA"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE"},
 		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS_CERT"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c", "GRPC_SERVER_TLS_KEY": "/k", "GRPC_CLIENT_TLS_SAN": "envoy"}, "GRPC_CLIENT_TLS_CACERT"},
 		{map[string]string{"EXTRA_TAGS": "novalue"}, "EXTRA_TAGS"},
+		{map[string]string{"TRACING_EXPORTER_PROTOCOL": "zipkin"}, "TRACING_EXPORTER_PROTOCOL"},
+		{map[string]string{"TRACING_SAMPLING_RATE": "-1"}, "TRACING_SAMPLING_RATE"},
 	} {
 		if _, err := FromEnv(lookupOf(tt.env), nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("FromEnv(%v) = %v, want an error naming %s", tt.env, err, tt.want)

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/histogram"
 )
 
 // RuleStats counts the hits of one stat key, with the meanings of the
@@ -51,7 +54,7 @@ type statSet struct {
 
 func newStatSet(max int) *statSet {
 	s := &statSet{max: max}
-	s.overflow.key = OverflowKey
+	s.overflow.domain, s.overflow.key = OverflowKey, OverflowKey
 	return s
 }
 
@@ -164,56 +167,40 @@ type ServiceStats struct {
 	FailurePolicy uint64
 	// StatKeysDropped counts hits counted under OverflowKey.
 	StatKeysDropped uint64
-	// Requests counts ShouldRateLimit calls, and Latency their duration.
+	// CertReloads counts certificate files read again after they changed,
+	// CertReloadErrors those that could not be (the old pair stays).
+	CertReloads, CertReloadErrors uint64
+	// Requests counts ShouldRateLimit calls, and Latency their duration,
+	// in seconds.
 	Requests uint64
-	Latency  LatencyHistogram
+	Latency  hybridlimit.Histogram
 }
 
-// LatencyHistogram is a cumulative histogram of call durations.
-type LatencyHistogram struct {
-	Bounds []time.Duration // upper bounds of the buckets, the last +Inf excluded
-	Counts []uint64        // cumulative counts, one per bound
-	Count  uint64
-	Sum    time.Duration
-}
-
-var latencyBounds = []time.Duration{
-	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
-	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
-	20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, time.Second,
+// latency are the buckets of ServiceStats.Latency, in seconds.
+var latency = histogram.Spec{
+	Bounds: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 1},
+	Per:    1e9,
 }
 
 type serviceCounters struct {
 	configLoadSuccess, configLoadError, redisError, serviceError  atomic.Uint64
 	globalShadow, refunded, refundErrors, failurePolicy, requests atomic.Uint64
-	latency                                                       [12]atomic.Uint64 // per bucket, the last +Inf
-	latencySum                                                    atomic.Int64
+	latency                                                       histogram.Recorder
+	certs                                                         certCounters
 }
 
 func (c *serviceCounters) observe(d time.Duration) {
 	c.requests.Add(1)
-	c.latencySum.Add(int64(d))
-	i := 0
-	for i < len(latencyBounds) && d > latencyBounds[i] {
-		i++
-	}
-	c.latency[i].Add(1)
+	c.latency.Observe(&latency, int64(d))
 }
 
 func (c *serviceCounters) snapshot(dropped uint64) ServiceStats {
-	h := LatencyHistogram{Bounds: latencyBounds, Counts: make([]uint64, len(latencyBounds)), Sum: time.Duration(c.latencySum.Load())}
-	var cum uint64
-	for i := range c.latency {
-		cum += c.latency[i].Load()
-		if i < len(latencyBounds) {
-			h.Counts[i] = cum
-		}
-	}
-	h.Count = cum
+	h := c.latency.Snapshot(&latency)
 	return ServiceStats{
 		ConfigLoadSuccess: c.configLoadSuccess.Load(), ConfigLoadError: c.configLoadError.Load(),
 		RedisError: c.redisError.Load(), ServiceError: c.serviceError.Load(),
 		GlobalShadowMode: c.globalShadow.Load(), Refunded: c.refunded.Load(), RefundErrors: c.refundErrors.Load(),
 		FailurePolicy: c.failurePolicy.Load(), StatKeysDropped: dropped, Requests: c.requests.Load(), Latency: h,
+		CertReloads: c.certs.reloads.Load(), CertReloadErrors: c.certs.errors.Load(),
 	}
 }

@@ -158,6 +158,15 @@ func NewGlobal(rdb hybridlimit.Redis, alg global.Algorithm, layout Layout, shard
 // Algorithm returns the algorithm every part decides by.
 func (g *Global) Algorithm() global.Algorithm { return g.alg }
 
+// Traits says what the Global is: an exact limiter of its algorithm's
+// shape. A nil or zero Global, which cannot decide, says nothing.
+func (g *Global) Traits() hybridlimit.Traits {
+	if g == nil {
+		return hybridlimit.Traits{}
+	}
+	return g.alg.Traits()
+}
+
 // Shards returns the shard count key gets under limit: the configured one,
 // fitted to the limit, and 1 for an invalid configuration (reported as an
 // error by AllowN).
@@ -254,7 +263,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 		j := (start + i) % s
 		pk := PartKey(key, j, s)
 		part := g.split(limit, j, s)
-		if wait, full := g.denials.until(pk, part, cost, now); wait > 0 {
+		if wait, full, ok := g.denials.until(pk, part, cost, now); ok {
 			denial.RetryAfter = minPositive(denial.RetryAfter, wait)
 			denial.ResetAfter = max(denial.ResetAfter, full)
 			continue
@@ -268,7 +277,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit hybridlimit.Limit
 			r.Limit = limit
 			return r, nil
 		}
-		g.denials.note(key, pk, part, cost, now.Add(min(r.RetryAfter, denialMemory)), now.Add(r.ResetAfter))
+		g.denials.note(key, pk, part, cost, now, r.RetryAfter, r.ResetAfter)
 		denial.RetryAfter = minPositive(denial.RetryAfter, r.RetryAfter)
 		denial.ResetAfter = max(denial.ResetAfter, r.ResetAfter)
 		denial.Remaining += r.Remaining
@@ -422,14 +431,15 @@ func minPositive(a, b time.Duration) time.Duration {
 	return min(a, b)
 }
 
-// denials remembers, per part, when the last denial said its cost would
-// fit again, in a fixed number of slots: a slot holds one part at a time,
-// so forgetting a denial costs a Redis call, never a wrong answer. A part
-// admits no cost before the time its denial of that cost named, nor a
-// larger cost, under the same limit, unless it is given tokens back:
-// Refund and Reset forget what they touch, and a denial is trusted for at
-// most denialMemory, so that a Refund or Reset made by another process is
-// seen within that.
+// denials remembers, per part, the last denial: its cost and when it said
+// that cost would fit again, in a fixed number of slots: a slot holds one
+// part at a time, so forgetting a denial costs a Redis call, never a wrong
+// answer. A part admits no cost before the time its denial of that cost
+// named, under the same limit, unless it is given tokens back: Refund and
+// Reset forget what they touch, and a denial is trusted for at most
+// denialMemory, so that a Refund or Reset made by another process is seen
+// within that. Only the same cost is denied from memory: a larger one is
+// denied too, but the wait for it is Redis's to say.
 type denials struct {
 	slots [256]struct {
 		mu    stdsync.Mutex
@@ -437,8 +447,9 @@ type denials struct {
 		key   string
 		limit hybridlimit.Limit
 		cost  int64
-		until time.Time
-		full  time.Time // when the denial said the part is full again
+		trust time.Time // until when the denial is trusted
+		retry time.Time // when it said the cost fits
+		full  time.Time // when it said the part is full again
 	}
 }
 
@@ -450,23 +461,25 @@ func (d *denials) slot(key string) int {
 	return int(hybridlimit.Slot(key)) % len(d.slots)
 }
 
-func (d *denials) note(base, key string, limit hybridlimit.Limit, cost int64, until, full time.Time) {
+func (d *denials) note(base, key string, limit hybridlimit.Limit, cost int64, now time.Time, retry, full time.Duration) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
-	s.base, s.key, s.limit, s.cost, s.until, s.full = base, key, limit, cost, until, full
+	s.base, s.key, s.limit, s.cost = base, key, limit, cost
+	s.trust, s.retry, s.full = now.Add(min(retry, denialMemory)), now.Add(retry), now.Add(full)
 	s.mu.Unlock()
 }
 
-// until returns how long the part named key is known to deny cost under
-// limit, or 0, and how long until it is full again by that denial.
-func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now time.Time) (wait, full time.Duration) {
+// until reports whether the part named key is known to deny cost under
+// limit at now, and if so the waits its denial named: until the cost fits,
+// and until the part is full again.
+func (d *denials) until(key string, limit hybridlimit.Limit, cost int64, now time.Time) (wait, full time.Duration, ok bool) {
 	s := &d.slots[d.slot(key)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.key != key || s.limit != limit || cost < s.cost {
-		return 0, 0
+	if s.key != key || s.limit != limit || cost != s.cost || !now.Before(s.trust) {
+		return 0, 0, false
 	}
-	return s.until.Sub(now), s.full.Sub(now)
+	return s.retry.Sub(now), s.full.Sub(now), true
 }
 
 // forget drops the denial of the part named key.

@@ -483,3 +483,38 @@ func TestTimeLayoutOneShardIsWhole(t *testing.T) {
 		t.Errorf("Peek = %+v, %v; want 0 remaining", r, err)
 	}
 }
+
+// TestGlobalRetryAfterForCost drains a key split 2 ways and asks for costs
+// above 1: each denial's RetryAfter is the wait the parts' rational model
+// names for that cost (a part must hold it all), whether Redis is asked or
+// the denial is remembered, and a larger cost than the one remembered
+// waits longer.
+func TestGlobalRetryAfterForCost(t *testing.T) {
+	g, err := sharding.NewGlobal(redistest.Cluster(t), global.TokenBucket, sharding.Suffix, sharding.Fixed(2),
+		sharding.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := hybridlimit.PerMinute(100) // parts of 50 a minute: a token each 1.2 s
+	start := time.Now()
+	for {
+		r, err := g.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			break
+		}
+	}
+	for _, cost := range []int64{10, 10, 20, 20, 50} {
+		r, err := g.AllowN(ctx, "k", limit, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := time.Duration(cost) * 1200 * time.Millisecond
+		if since := time.Since(start); r.Allowed || r.RetryAfter > want || r.RetryAfter < want-since {
+			t.Errorf("AllowN(%d) after a drain = %+v, want denied with RetryAfter %v less at most %v", cost, r, want, since)
+		}
+	}
+}

@@ -94,13 +94,18 @@ func breakdown(r Result, limit hybridlimit.Limit, d time.Duration) []classRow {
 }
 
 // callerKey returns the simulator key index a Redis key belongs to: the
-// bucket of a hybrid key ("...}:h:k12") or the state of an exact one
+// bucket of a hybrid key or of one of its parts ("...}:h:k12",
+// "...}:h#1.4.2:k12") or the state of an exact one
 // ("...{k12}:tb"). Other keys (allowances, presence) belong to none, so
 // that each message counts once.
 func callerKey(redisKey string) (int, bool) {
 	var name string
-	if i := strings.Index(redisKey, "}:h:"); i >= 0 {
-		name = redisKey[i+4:]
+	if _, after, ok := strings.Cut(redisKey, "}:h"); ok {
+		// A whole key's bucket, or a part's, whose kind "h" a suffix
+		// "#j.s" or "#j.s.gen" follows.
+		if part, key, ok := strings.Cut(after, ":"); ok && (part == "" || part[0] == '#') {
+			name = key
+		}
 	} else if i, j := strings.IndexByte(redisKey, '{'), strings.IndexByte(redisKey, '}'); i >= 0 && j > i && strings.HasSuffix(redisKey, "}:tb") {
 		name = redisKey[i+1 : j]
 	}

@@ -14,6 +14,9 @@ func TestCallerKey(t *testing.T) {
 		ok  bool
 	}{
 		{"sim:{s3.0}:h:k12", 12, true},
+		{"sim:{s3.0}:h#1.4:k12", 12, true},
+		{"sim:{s3.0}:h#3.4.2:k12", 12, true},
+		{"sim:{s3.0}:hx:k12", 0, false},
 		{"sim:{k7}:tb", 7, true},
 		{"sim:{s3.0}:b:k12", 0, false},
 		{"sim:{s3.0}:a:k12", 0, false},

@@ -37,8 +37,12 @@ func newModelCluster(c *redis.Client, n int) *modelCluster {
 
 // MasterForKey returns the master serving key's slot.
 func (m *modelCluster) MasterForKey(_ context.Context, key string) (*redis.Client, error) {
-	return m.masters[hybridlimit.Slot(key)*len(m.masters)/hybridlimit.SlotCount], nil
+	return m.masters[modelMaster(hybridlimit.Slot(key), len(m.masters))], nil
 }
+
+// modelMaster returns which of n masters, owning equal contiguous slot
+// ranges in order, serves slot.
+func modelMaster(slot, n int) int { return slot * n / hybridlimit.SlotCount }
 
 // Close closes every client.
 func (m *modelCluster) Close() error {

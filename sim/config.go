@@ -22,7 +22,9 @@ type Config struct {
 	// Runs share nothing, so the report does not depend on it.
 	Parallel int
 	// Detail counts, for Report.WriteDiag, the commands and sync messages
-	// carrying each Redis key, in virtual mode. It slows a run a little.
+	// carrying each Redis key in virtual mode; in live mode only the
+	// commands, for the hottest key's messages on each node. It slows a
+	// run a little.
 	Detail bool
 	// Standalone makes virtual mode model one Redis server rather than a
 	// cluster of ModelMasters masters: a sync round sends one script call

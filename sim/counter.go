@@ -29,6 +29,7 @@ type cmdCounter struct {
 	total  int64
 	work   int64         // key messages, and keyless commands
 	slots  map[int]int64 // key messages by slot
+	calls  map[int]int64 // commands on keys, by the slot of their first key
 	phases [phases]int64
 	keys   map[string]*[phases]int64 // nil unless detailed
 	msgs   map[string]*msgCounts     // by bucket key; nil unless detailed
@@ -138,6 +139,23 @@ func (c *cmdCounter) HottestSlotShare() float64 {
 	return float64(most) / float64(c.work)
 }
 
+// Nodes returns the key messages and the commands on keys counted on each
+// of n nodes, nodeOf naming the node of a slot. A command's keys all lie on
+// one node (a cluster refuses any other), so the slot of its first key
+// names the node that ran it. Keyless commands count on no node.
+func (c *cmdCounter) Nodes(n int, nodeOf func(slot int) int) []NodeLoad {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]NodeLoad, n)
+	for s, m := range c.slots {
+		out[nodeOf(s)].KeyMessages += m
+	}
+	for s, m := range c.calls {
+		out[nodeOf(s)].Calls += m
+	}
+	return out
+}
+
 func (c *cmdCounter) count(cmds ...redis.Cmder) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -152,7 +170,7 @@ func (c *cmdCounter) count(cmds ...redis.Cmder) {
 		c.total++
 		c.phases[c.phase]++
 		if c.slots == nil {
-			c.slots = map[int]int64{}
+			c.slots, c.calls = map[int]int64{}, map[int]int64{}
 		}
 		_, buckets := syncCall(args)
 		switch key, ok := firstKey(args); {
@@ -161,8 +179,13 @@ func (c *cmdCounter) count(cmds ...redis.Cmder) {
 				c.slots[hybridlimit.Slot(b)]++
 			}
 			c.work += int64(len(buckets))
+			if len(buckets) > 0 {
+				c.calls[hybridlimit.Slot(buckets[0])]++
+			}
 		case ok:
-			c.slots[hybridlimit.Slot(key)]++
+			s := hybridlimit.Slot(key)
+			c.slots[s]++
+			c.calls[s]++
 			c.work++
 		default:
 			c.work++

@@ -2,9 +2,14 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 func TestFirstKey(t *testing.T) {
@@ -69,5 +74,36 @@ func TestCounterCountsCommandsAndSlots(t *testing.T) {
 	}
 	if got := cnt.KeyCommands()["{b}:2"]; got != [phases]int64{0, 1, 0} {
 		t.Errorf(`KeyCommands()["{b}:2"] = %v, want [0 1 0]`, got)
+	}
+}
+
+// TestCounterNodes checks the load counted on each node: a sync call is a
+// call and one key message per key it carries, on the node of its keys; a
+// command on a key is one of each; a keyless command counts on none.
+func TestCounterNodes(t *testing.T) {
+	ctx := context.Background()
+	nodeOf := func(slot int) int { return modelMaster(slot, ModelMasters) }
+	a, b := "{a}:1", ""
+	for i := 0; b == "" || nodeOf(hybridlimit.Slot(b)) == nodeOf(hybridlimit.Slot(a)); i++ {
+		b = fmt.Sprintf("{b%d}:1", i)
+	}
+	syncCall := func(buckets ...string) redis.Cmder {
+		h := scripts.SyncHeader{LedgerTTLMS: 60000, Mode: scripts.ModeReserve, Instance: "i0"}.Args()
+		args := append([]any{"evalsha", scripts.Sync.Hash(), "1", buckets[0]}, h[:]...)
+		for _, k := range buckets {
+			args = append(args, k, k+":a", "1 1000000 1 1 1 0 1 -1 0 0 0")
+		}
+		return redis.NewIntSliceCmd(ctx, args...)
+	}
+	cnt := newCmdCounter(false)
+	cnt.count(redis.NewStringCmd(ctx, "get", a), syncCall(a, a, a), syncCall(b), redis.NewStatusCmd(ctx, "ping"))
+	want := make([]NodeLoad, ModelMasters)
+	want[nodeOf(hybridlimit.Slot(a))] = NodeLoad{KeyMessages: 4, Calls: 2}
+	want[nodeOf(hybridlimit.Slot(b))] = NodeLoad{KeyMessages: 1, Calls: 1}
+	if got := cnt.Nodes(ModelMasters, nodeOf); !reflect.DeepEqual(got, want) {
+		t.Errorf("Nodes() = %+v, want %+v", got, want)
+	}
+	if got := cnt.Work(); got != 6 {
+		t.Errorf("Work() = %d, want 6: 5 key messages and the keyless PING", got)
 	}
 }

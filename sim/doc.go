@@ -48,9 +48,9 @@ package sim
 //	embedded.go   the embedded miniredis of a virtual run; scripting.go its Lua
 //	cluster.go    the cluster virtual mode models on one embedded server
 //	live.go       RunLive: workers against a real Redis; redisload.go its CPU
-//	counter.go    the hook counting Redis commands by slot, phase and key
+//	counter.go    the hook counting Redis commands by slot, node, phase and key
 //	messages.go   the kinds of the hybrid limiter's sync messages
 //	breakdown.go  keys by class of demand, for WriteDiag
 //	report.go     Report, Result: table, JSON, CSV; svg.go the chart
-//	diag.go       Report.WriteDiag
+//	diag.go       Report.WriteDiag; SplitEffect, a split against keys whole
 //	scale.go      RunScales and its table

@@ -241,7 +241,7 @@ type liveRec struct {
 
 func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, error) {
 	sc := cfg.Scenario
-	counter := newCmdCounter(false)
+	counter := newCmdCounter(cfg.Detail)
 	rig, err := newLiveRig(ctx, sc, t, r, cfg.Linger, counter)
 	if err != nil {
 		return Result{}, err
@@ -261,6 +261,16 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	// Decisions that need no Redis never look at ctx: stop them when it ends.
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	cpu0, err := redisCPU(ctx, t)
+	if err != nil {
+		rig.close()
+		return Result{}, err
+	}
+	masters, slotMaster, err := liveMasters(ctx, t)
+	if err != nil {
+		rig.close()
+		return Result{}, err
+	}
+	mcpu0, err := mastersCPU(ctx, masters)
 	if err != nil {
 		rig.close()
 		return Result{}, err
@@ -304,9 +314,10 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	elapsed := time.Since(start)
 	counter.Pause()
 	cpu1, cpuErr := redisCPU(ctx, t)
+	mcpu1, mcpuErr := mastersCPU(ctx, masters)
 	rig.close()
-	if cpuErr != nil {
-		return Result{}, cpuErr
+	if err := errors.Join(cpuErr, mcpuErr); err != nil {
+		return Result{}, err
 	}
 	if e := firstErr.Load(); e != nil {
 		return Result{}, fmt.Errorf("sim: live %s: %w", r.strategy, *e)
@@ -324,6 +335,20 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		return Result{}, err
 	}
 	res := newResult(r, sc.Instances, measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
+	nodeOf := func(slot int) int {
+		if slotMaster == nil {
+			return 0
+		}
+		return slotMaster[slot]
+	}
+	res.Nodes = counter.Nodes(len(masters), nodeOf)
+	if cfg.Detail {
+		res.Diag.keyNodes = keyNodeMessages(counter.KeyCommands(), len(masters), nodeOf)
+	}
+	for i := range res.Nodes {
+		cpu := float64(mcpu1[i] - mcpu0[i])
+		res.Nodes[i].RedisCPUNS = &cpu
+	}
 	rate := float64(len(reqs)) / elapsed.Seconds()
 	res.DecisionsPerSec = &rate
 	if len(reqs) > 0 {

@@ -60,6 +60,11 @@ type Result struct {
 	// is one, a hybrid sync call one per key it carries) and the keyless
 	// commands: what Redis's CPU time is spent on.
 	KeyMessages int64 `json:"key_messages"`
+	// Nodes is the load of each Redis node: the masters of the modelled
+	// cluster in virtual mode (one server with Config.Standalone), the
+	// masters of a live cluster in the order of their slots, or the one
+	// live server.
+	Nodes []NodeLoad `json:"nodes"`
 	// FetchCmds counts the commands of the rounds that decisions out of
 	// allowance waited for (a synced strategy in virtual mode; else 0).
 	FetchCmds int64 `json:"fetch_cmds"`
@@ -78,6 +83,20 @@ type Result struct {
 	perKey []keyCount
 	// Elapsed is the wall time the run took.
 	Elapsed time.Duration `json:"-"`
+}
+
+// NodeLoad is what one Redis node ran in a run. Its CPU is about
+// KeyMessages times the CPU of one message plus Calls times the fixed cost
+// of a call (design 6.10).
+type NodeLoad struct {
+	// KeyMessages counts the key messages the node ran (a script on one
+	// key is one, a hybrid sync call one per key it carries).
+	KeyMessages int64 `json:"key_messages"`
+	// Calls counts the commands the node ran (one per sync call).
+	Calls int64 `json:"calls"`
+	// RedisCPUNS is the CPU time the node's server spent over the run
+	// (INFO cpu, user and system), in nanoseconds: live mode only.
+	RedisCPUNS *float64 `json:"redis_cpu_ns,omitempty"`
 }
 
 func newResult(r run, instances int, a accuracy, c *cmdCounter) Result {

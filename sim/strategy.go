@@ -133,10 +133,13 @@ func hybridOptions(s Strategy, prefix string, k, instances int, interval, linger
 // strategy: a key is hot when it costs Redis more than two messages per
 // instance per interval, which a key only reaches when its instances keep
 // fetching beyond their leases (demand near or over its limit); it is
-// split 4 ways and merged back after 5 seconds below a quarter of that.
+// split into as many parts as the modelled cluster has masters, one part
+// a master, and merged back after 5 seconds below a quarter of that. (A
+// part count that is not a multiple of the masters leaves one master two
+// parts: 4 parts on 3 masters load it with half the key, not a third.)
 func shardedOptions(instances int, interval time.Duration) hlsync.AutoSplit {
 	return hlsync.AutoSplit{
-		Max:   4,
+		Max:   ModelMasters,
 		Above: 2 * float64(instances) / interval.Seconds(),
 		Hold:  5 * time.Second,
 	}

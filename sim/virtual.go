@@ -16,7 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
-	"github.com/hybridlimit/hybridlimit/internal/drive"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/local"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -25,79 +25,31 @@ import (
 // float arithmetic on microsecond timestamps is the same on every run.
 var epoch = time.Date(2100, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// virtualClock is the virtual clock of a run: it reads what the engine
-// last set, calls the functions of AfterFunc when Set passes their time,
-// and drives the loops of the hybrid limiters made with it
-// (internal/drive), which then start no goroutine of their own. It
+// virtualClock is the virtual clock of a run (internal/clock), which the
+// engine sets, and the driver of the loops of the hybrid limiters made
+// with it (sync.Driver), which then start no goroutine of their own. It
 // implements the Clock interface of package sync. Set and Drive belong to
 // the one goroutine that drives a run; Now and AfterFunc are safe for
 // concurrent use.
 type virtualClock struct {
-	mu     stdsync.Mutex
-	now    time.Time
-	timers map[*timer]struct{}
-	loops  []drive.Loop
-	// await is the engine's drive.Driver.Await, set before the first
+	*clock.Virtual
+	loops []hlsync.Loop
+	// await is the engine's hlsync.Driver.Await, set before the first
 	// decision.
-	await func(l drive.Loop, deadline time.Time) error
-}
-
-type timer struct {
-	at time.Time
-	f  func()
+	await func(l hlsync.Loop, deadline time.Time) error
 }
 
 // newVirtualClock returns a virtualClock reading t.
 func newVirtualClock(t time.Time) *virtualClock {
-	return &virtualClock{now: t, timers: map[*timer]struct{}{}}
-}
-
-// Now returns the virtual time.
-func (c *virtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set moves the clock to t and calls, each in a goroutine of its own, the
-// functions whose time has come.
-func (c *virtualClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	var due []func()
-	for tm := range c.timers {
-		if !tm.at.After(t) {
-			due = append(due, tm.f)
-			delete(c.timers, tm)
-		}
-	}
-	c.mu.Unlock()
-	for _, f := range due {
-		go f()
-	}
-}
-
-// AfterFunc calls f once the clock has been Set d past now.
-func (c *virtualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tm := &timer{at: c.now.Add(d), f: f}
-	c.timers[tm] = struct{}{}
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		_, ok := c.timers[tm]
-		delete(c.timers, tm)
-		return ok
-	}
+	return &virtualClock{Virtual: clock.New(t)}
 }
 
 // Drive takes the loop of a limiter made with the clock.
-func (c *virtualClock) Drive(l drive.Loop) { c.loops = append(c.loops, l) }
+func (c *virtualClock) Drive(l hlsync.Loop) { c.loops = append(c.loops, l) }
 
 // Await blocks a decision until the engine running the clock resumes it
-// (drive.Driver).
-func (c *virtualClock) Await(l drive.Loop, deadline time.Time) error {
+// (hlsync.Driver).
+func (c *virtualClock) Await(l hlsync.Loop, deadline time.Time) error {
 	if c.await == nil {
 		return errors.New("sim: a decision waits for a fetch with no engine to run it")
 	}
@@ -237,6 +189,11 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 		return Result{}, err
 	}
 	res := newResult(r, s.sc.Instances, measure(s.reqs, s.sc.Keys, s.sc.Limit, admitted, s.oracle), counter)
+	nodes := ModelMasters
+	if s.standalone {
+		nodes = 1
+	}
+	res.Nodes = counter.Nodes(nodes, func(slot int) int { return modelMaster(slot, nodes) })
 	diag.byPhase = counter.ByPhase()
 	if r.strategy.Synced() {
 		res.FetchCmds = diag.byPhase[phaseDecision]
@@ -244,6 +201,7 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	if s.detail {
 		diag.keyCommands = counter.KeyCommands()
 		diag.keyMessages = counter.Messages()
+		diag.keyNodes = keyNodeMessages(diag.keyCommands, nodes, func(slot int) int { return modelMaster(slot, nodes) })
 	}
 	res.Diag = diag
 	if s.detail {
@@ -340,8 +298,8 @@ type hybrid struct {
 	counter  *cmdCounter
 	clock    *virtualClock
 	ls       []*hlsync.Limiter
-	loops    []drive.Loop
-	instOf   map[drive.Loop]int
+	loops    []hlsync.Loop
+	instOf   map[hlsync.Loop]int
 	inst     []instance
 	events   events
 	seq      uint64
@@ -359,13 +317,13 @@ type hybrid struct {
 }
 
 type instance struct {
-	round    drive.Round
+	round    hlsync.Round
 	inflight bool
-	want     bool      // a step as soon as the round in flight finishes
-	wantWhy  drive.Why // what that step is for
-	err      error     // the error of the round in flight's calls
-	phase    phase     // the round in flight's: phaseDecision if decisions wait for it
-	fetchDue bool      // a linger runs: a step at fetchAt
+	want     bool       // a step as soon as the round in flight finishes
+	wantWhy  hlsync.Why // what that step is for
+	err      error      // the error of the round in flight's calls
+	phase    phase      // the round in flight's: phaseDecision if decisions wait for it
+	fetchDue bool       // a linger runs: a step at fetchAt
 	fetchAt  int64
 	waiting  []*waiter // decisions waiting for the next round
 	riding   []*waiter // those the round in flight carries
@@ -391,7 +349,7 @@ type status struct {
 	next int
 }
 
-// waiter is a decision waiting for a round (drive.Driver.Await).
+// waiter is a decision waiting for a round (hlsync.Driver.Await).
 type waiter struct {
 	w        *worker
 	inst     int
@@ -412,7 +370,7 @@ func (s *simulation) runHybrid(ctx context.Context, emb *embedded, counter *cmdC
 		rtt:      int64(s.rtt),
 		admitted: admitted,
 		status:   make(chan status),
-		instOf:   map[drive.Loop]int{},
+		instOf:   map[hlsync.Loop]int{},
 	}
 	h.clock.await = h.await
 	defer h.stopWorkers()
@@ -585,7 +543,7 @@ func (h *hybrid) settle() (next int, err error) {
 
 // await is virtualClock.Await: it runs in the worker of the decision that
 // waits, which hands control back to the engine until resumed.
-func (h *hybrid) await(l drive.Loop, deadline time.Time) error {
+func (h *hybrid) await(l hlsync.Loop, deadline time.Time) error {
 	h.current.waited = true
 	wt := &waiter{w: h.current, inst: h.instOf[l], deadline: int64(deadline.Sub(epoch)), resume: make(chan error)}
 	h.status <- status{wait: wt, next: h.deciding + 1}
@@ -691,18 +649,18 @@ func (h *hybrid) handle(ev event) error {
 	case evTick:
 		h.push(ev.at+int64(h.loops[k].Tick()), evTick, k)
 		in.fetchDue = false // a linger ends at a tick
-		h.wake(k, drive.StepTick)
+		h.wake(k, hlsync.StepTick)
 	case evWake:
-		h.wake(k, drive.StepWake)
+		h.wake(k, hlsync.StepWake)
 	case evFetch:
 		if in.fetchDue && ev.at == in.fetchAt {
 			in.fetchDue = false
-			h.wake(k, drive.StepFetch)
+			h.wake(k, hlsync.StepFetch)
 		}
 	case evExpire:
 		if !ev.wt.done {
 			in.waiting = slices.DeleteFunc(in.waiting, func(w *waiter) bool { return w == ev.wt })
-			h.resume(ev.wt, drive.ErrExpired)
+			h.resume(ev.wt, hlsync.ErrExpired)
 		}
 	case evSend:
 		// A failed call leaves its keys for the next round, as in the loop.
@@ -732,7 +690,7 @@ func (h *hybrid) handle(ev event) error {
 // wake asks instance k's loop for a step, for why: now if it is idle, else
 // as soon as the round in flight finishes (a tick's first: it has more to
 // do); a linger running then ends.
-func (h *hybrid) wake(k int, why drive.Why) {
+func (h *hybrid) wake(k int, why hlsync.Why) {
 	in := &h.inst[k]
 	if !in.want || why < in.wantWhy {
 		in.wantWhy = why
@@ -746,7 +704,7 @@ func (h *hybrid) wake(k int, why drive.Why) {
 // step steps instance k's loop now. Its round carries the keys of the
 // decisions waiting; a round with nothing to say makes no call, and is
 // over at once.
-func (h *hybrid) step(k int, why drive.Why) {
+func (h *hybrid) step(k int, why hlsync.Why) {
 	in := &h.inst[k]
 	in.want, in.fetchDue = false, false
 	h.counter.SetPhase(phasePresence)
@@ -791,6 +749,46 @@ type Diagnostics struct {
 	// classes sums the above by class of key demand (only with
 	// Config.Detail).
 	classes []classRow
+	// keyNodes counts, per key (all its parts together), the commands
+	// that carried it to each node (only with Config.Detail).
+	keyNodes map[int][]int64
+}
+
+// hottest returns the key the nodes ran the most messages of (the
+// smallest of equals), and those messages on each node; nil if no key
+// was counted.
+func (d *Diagnostics) hottest() (int, []int64) {
+	hot, most := -1, int64(-1)
+	for k, nodes := range d.keyNodes {
+		var sum int64
+		for _, c := range nodes {
+			sum += c
+		}
+		if sum > most || sum == most && k < hot {
+			hot, most = k, sum
+		}
+	}
+	return hot, d.keyNodes[hot]
+}
+
+// keyNodeMessages returns, for each key, how many of the commands counted
+// by keyCommands (all phases) carried it, or one of its parts, to each of
+// n nodes.
+func keyNodeMessages(keyCommands map[string][phases]int64, n int, nodeOf func(slot int) int) map[int][]int64 {
+	byKey := map[int][]int64{}
+	for name, v := range keyCommands {
+		k, ok := callerKey(name)
+		if !ok {
+			continue
+		}
+		if byKey[k] == nil {
+			byKey[k] = make([]int64, n)
+		}
+		for _, c := range v {
+			byKey[k][nodeOf(hybridlimit.Slot(name))] += c
+		}
+	}
+	return byKey
 }
 
 func (d *Diagnostics) add(s hlsync.Stats) {
@@ -809,6 +807,6 @@ func (d *Diagnostics) add(s hlsync.Stats) {
 }
 
 var (
-	_ hlsync.Clock = (*virtualClock)(nil)
-	_ drive.Driver = (*virtualClock)(nil)
+	_ hlsync.Clock  = (*virtualClock)(nil)
+	_ hlsync.Driver = (*virtualClock)(nil)
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -79,7 +80,7 @@ func BenchmarkSyncMapBaseline(b *testing.B) {
 
 // clocked returns a limiter on rdb whose clock is clk, with no loop: the
 // test runs its rounds. It is closed when the test ends.
-func clocked(tb testing.TB, rdb hybridlimit.Redis, clk *hlsync.FakeClock, opts ...hlsync.Option) *hlsync.Limiter {
+func clocked(tb testing.TB, rdb hybridlimit.Redis, clk *clock.Virtual, opts ...hlsync.Option) *hlsync.Limiter {
 	tb.Helper()
 	l, err := hlsync.New(rdb, append([]hlsync.Option{hlsync.WithClock(clk)}, opts...)...)
 	if err != nil {
@@ -97,7 +98,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
 			c := redistest.Standalone(b)
-			clk := hlsync.NewFakeClock()
+			clk := clock.New(time.Now())
 			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))
 			limit := hybridlimit.PerSecond(1000)
@@ -160,7 +161,7 @@ func BenchmarkLimiterSync(b *testing.B) {
 // decides for a key over its limit.
 func BenchmarkLimiterDenyEmpty(b *testing.B) {
 	c := redistest.Standalone(b)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)))
 	limit := hybridlimit.PerHour(100)
 	ctx := context.Background()
@@ -202,7 +203,7 @@ func BenchmarkLimiterSteady(b *testing.B) {
 		b.Run("keys=100000/rate="+strconv.Itoa(rate), func(b *testing.B) {
 			const n = 100_000
 			c := redistest.Standalone(b)
-			clk := hlsync.NewFakeClock()
+			clk := clock.New(time.Now())
 			const every = 250 * time.Millisecond
 			l := clocked(b, c, clk, hlsync.WithPrefix(redistest.Prefix(b)),
 				hlsync.WithSyncInterval(every, 0.1), hlsync.WithMaxWait(10*time.Second), hlsync.WithRoundTimeout(30*time.Second))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -18,7 +19,7 @@ import (
 // out: no decision after the first waits for Redis.
 func TestQuietKeySyncsRarely(t *testing.T) {
 	redistest.NoLeaks(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	const interval = 250 * time.Millisecond
 	l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(interval, 0.1))
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -22,7 +23,7 @@ func TestSyncAfterClose(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"), hlsync.WithLowLimitThreshold(0))
 	limit := frozen(100)
 	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
@@ -74,7 +75,7 @@ func TestLostGrantRestated(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	prefix := redistest.Prefix(t)
 	// Threshold 0: a frozen limit leases ahead like any key, so the key
 	// has something to say at its next round.

@@ -1,33 +1,24 @@
 package sync
 
 import (
-	"math"
 	stdsync "sync"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
-// debt is what one entry owes Redis while and after the failure policy
-// decides for its key: the cost the policy admitted (counted in the
-// entry's issued) that Redis has not acknowledged taking from the bucket
-// (Reserve) or being told of (Optimistic), when the first of it was, and
-// the instance's share bucket that admitted it. Entries that owe nothing
-// have none, so the state costs nothing while Redis answers.
-type debt struct {
-	owed, since int64       // cost; ns of the limiter's clock
-	share       *local.Core // on the limiter's ns axis; nil once Redis has answered again
-}
-
-// debts holds the debts of the entries that have one (e.owes).
+// debts holds the debts (account.Debt) of the entries that have one
+// (e.owes): what each owes Redis of what the failure policy admitted.
+// Entries that owe nothing have none, so the state costs nothing while
+// Redis answers.
 type debts struct {
 	mu stdsync.Mutex
-	of map[*entry]*debt
+	of map[*entry]*account.Debt
 }
 
 // get returns e's debt, or nil. The caller holds e.mu.
-func (ds *debts) get(e *entry) *debt {
+func (ds *debts) get(e *entry) *account.Debt {
 	if !e.owes {
 		return nil
 	}
@@ -37,24 +28,24 @@ func (ds *debts) get(e *entry) *debt {
 }
 
 // open returns e's debt, making it. The caller holds e.mu.
-func (ds *debts) open(e *entry) *debt {
+func (ds *debts) open(e *entry) *account.Debt {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	d := ds.of[e]
 	if d == nil {
 		if ds.of == nil {
-			ds.of = make(map[*entry]*debt)
+			ds.of = make(map[*entry]*account.Debt)
 		}
-		d = &debt{}
+		d = &account.Debt{}
 		ds.of[e] = d
 		e.owes = true
 	}
 	return d
 }
 
-// take removes e's debt and returns what it owed and since when. The
+// remove removes e's debt and returns what it owed and since when. The
 // caller holds e.mu.
-func (ds *debts) take(e *entry) (owed, since int64) {
+func (ds *debts) remove(e *entry) (owed, since int64) {
 	if !e.owes {
 		return 0, 0
 	}
@@ -63,7 +54,7 @@ func (ds *debts) take(e *entry) (owed, since int64) {
 	d := ds.of[e]
 	delete(ds.of, e)
 	e.owes = false
-	return d.owed, d.since
+	return d.Owed, d.Since
 }
 
 // add makes e owe owed more, admitted since since (counted in e.issued
@@ -72,11 +63,7 @@ func (ds *debts) add(e *entry, owed, since int64) {
 	if owed == 0 {
 		return
 	}
-	d := ds.open(e)
-	if d.owed == 0 || since < d.since {
-		d.since = since
-	}
-	d.owed += owed
+	ds.open(e).Add(owed, since)
 }
 
 // answered records that Redis answered e's message m, prepared at sentAt:
@@ -90,13 +77,8 @@ func (ds *debts) answered(e *entry, m *message, applied bool, sentAt int64) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	d := ds.of[e]
-	d.share = nil
-	if applied {
-		// What is left was admitted after the message.
-		d.owed -= m.wire.Owed
-		d.since = sentAt
-	}
-	if d.owed == 0 {
+	d.Answered(m.wire.Owed, applied, sentAt)
+	if d.Owed == 0 {
 		delete(ds.of, e)
 		e.owes = false
 	}
@@ -105,7 +87,7 @@ func (ds *debts) answered(e *entry, m *message, applied bool, sentAt int64) {
 // owed returns what e owes. The caller holds e.mu.
 func (ds *debts) owed(e *entry) int64 {
 	if d := ds.get(e); d != nil {
-		return d.owed
+		return d.Owed
 	}
 	return 0
 }
@@ -116,7 +98,7 @@ func (ds *debts) total() int64 {
 	defer ds.mu.Unlock()
 	var sum int64
 	for _, d := range ds.of {
-		sum += d.owed
+		sum += d.Owed
 	}
 	return sum
 }
@@ -124,7 +106,7 @@ func (ds *debts) total() int64 {
 // spendShare takes cost from this instance's share of e's key while the
 // failure policy decides for it. The share starts from what the instance
 // knows of the key's bucket, not full: its part of the tokens Redis last
-// said were left (or of the debt), refilling at the share's rate since.
+// said were left (or of the overdraft), refilling at the share's rate since.
 // A key at its limit stays at it. What it admits e owes: the next message
 // has Redis take it (Reserve) or reports it (Optimistic).
 func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, cost int64) (hybridlimit.Result, error) {
@@ -132,14 +114,14 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 	defer l.scatterUnlock(e)
 	t := l.nanos(now)
 	d := l.debts.open(e)
-	if d.share == nil || d.share.Limit() != share {
-		c, err := l.seedShare(e, d.share, share, t)
+	if d.Share == nil || d.Share.Limit() != share {
+		c, err := account.SeedShare(d.Share, share, t, l.heard(e))
 		if err != nil {
 			return hybridlimit.Result{}, err
 		}
-		d.share = &c
+		d.Share = &c
 	}
-	r, err := d.share.Take(t, cost)
+	r, err := d.Share.Take(t, cost)
 	if err == nil && r.Allowed {
 		e.issued += cost
 		l.debts.add(e, cost, t)
@@ -147,36 +129,16 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 	return r, err
 }
 
-// seedShare returns e's share bucket at time t (ns of the limiter's
-// clock): when the share changes (the live count did), holding what the
-// old share, old, holds now; for a key Redis has not answered for, full;
-// else holding, at the last reply, the share of what the key's bucket then
-// held. The caller holds e.mu.
-func (l *Limiter) seedShare(e *entry, old *local.Core, share hybridlimit.Limit, t int64) (local.Core, error) {
-	c, err := local.NewCore(share, t)
-	if err != nil {
-		return c, err
+// heard returns what Redis last said of e's key, from which a share
+// bucket starts (account.SeedShare). The caller holds e.mu.
+func (l *Limiter) heard(e *entry) account.Heard {
+	return account.Heard{
+		Synced:     e.synced.Load(),
+		At:         e.heardAt.Load(),
+		Remaining:  e.remaining.Load(),
+		ResetAfter: e.resetAfter.Load(),
+		Whole:      e.shards == 1,
+		Limit:      *e.limit.Load(),
+		Live:       max(l.live.Load(), 1),
 	}
-	switch {
-	case old != nil:
-		r, _ := old.Peek(t, 1)
-		c.Set(t, r.Remaining)
-	case e.synced.Load():
-		n := max(l.live.Load(), 1)
-		heard := e.heardAt.Load()
-		level := float64(e.remaining.Load())
-		if level == 0 && e.shards == 1 {
-			// Empty or in debt: the level the time until full implies.
-			limit := *e.limit.Load()
-			level = min(float64(limit.Burst)-float64(e.resetAfter.Load())/float64(limit.Period)*float64(limit.Rate), 0)
-		}
-		if level >= 0 {
-			c.Set(heard, int64(level)/n)
-		} else {
-			// The share is empty until its part of the debt has refilled.
-			tokenNs := float64(share.Period) / float64(share.Rate)
-			c.Set(heard+int64(math.Ceil(-level/float64(n)*tokenNs)), 0)
-		}
-	}
-	return c, nil
 }

@@ -3,10 +3,11 @@ package sync
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/sharding"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // maxFetches bounds how many batched fetches one decision takes part in
@@ -51,9 +52,14 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
 			l.stats.deniedRemote.Inc()
-			return denied(limit, time.Duration(until-l.nanos(now)), src), nil
+			return denied(limit, l.retryAfter(e, cost, l.nanos(now)), src), nil
 		}
-		gaveUp := fetches == maxFetches || !l.cfg.clock.Now().Before(deadline)
+		// A decision gives up after maxFetches answered rounds only for an
+		// entry Redis has answered: one new to it (a part turned to, an
+		// entry that took the place of one reset or moved) is asked until
+		// the max wait, or a decision Redis answers every time would be
+		// handed to the failure policy as if Redis had not.
+		gaveUp := fetches >= maxFetches && e.synced.Load() || !l.cfg.clock.Now().Before(deadline)
 		if l.unreachable(e, failed != nil || gaveUp) {
 			// Not a denial of the limit's: the failure policy decides.
 			return l.degraded(home, now, key, limit, cost), nil
@@ -62,14 +68,17 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			// Out of allowance until a round brings more.
 			l.flag(e, 0, true)
 			l.stats.deniedLocal.Inc()
-			return denied(limit, l.cfg.interval, src), nil
+			l.lockGather(e)
+			short := l.mode.short(e, cost)
+			l.scatterUnlock(e)
+			return denied(limit, max(l.cfg.interval, l.costWait(e, short, l.nanos(now))), src), nil
 		}
-		gen := l.flag(e, cost, false)
+		serial := l.flag(e, cost, false)
 		if !waited {
 			l.stats.waits.Add(1)
 			waited = true
 		}
-		failed = l.fetch(ctx, gen, deadline)
+		failed = l.fetch(ctx, serial, deadline)
 		if ctx.Err() != nil {
 			return hybridlimit.Result{}, ctx.Err()
 		}
@@ -126,7 +135,7 @@ func (l *Limiter) unreachable(e *entry, stuck bool) bool {
 // token comes due. A low limit, decided per request, waits as ever.
 func (l *Limiter) emptied(e *entry, now time.Time) bool {
 	until := e.denyUntil.Load()
-	return until > 0 && l.nanos(now)-until < int64(l.cfg.interval) && !l.lowLimit(e, partLimit(e))
+	return until > 0 && l.nanos(now)-until < int64(l.cfg.interval) && !l.lowLimit(e)
 }
 
 func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64, src hybridlimit.Source) hybridlimit.Result {
@@ -161,59 +170,34 @@ func (l *Limiter) at(now time.Time) time.Time {
 	return now
 }
 
-// fallOver looks beyond the home part of a split key when it has no
-// allowance: it spends from another part that holds some; while Redis
-// has not reported home empty, it fetches from home; else from the part
-// it last fell over to, while that one is not empty either; else it turns
-// to the next sibling, but at most once a sync interval and to a different
-// one each time: the instances' home parts spread them over the parts,
-// which then drain alike, so a sibling of an empty home is most likely
-// empty too, and asking every sibling on every denial would multiply a hot
-// key's messages by its parts. When it may ask none, it denies until the
-// soonest part refills.
-func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now time.Time, src hybridlimit.Source) (*entry, hybridlimit.Result, bool) {
-	s, at, t := int(home.shards), home.layout(), l.nanos(now)
-	parts := make([]*entry, s)
-	for j := range s {
-		if j == int(home.shard) {
-			parts[j] = home
-			continue
-		}
-		p, err := l.part(home.owner, limit, j, at)
-		if err != nil {
-			continue // table full: make do with the parts there are
-		}
-		if n := l.pay(p, cost); n >= 0 {
-			return nil, l.admitted(p, limit, n, src), true
-		}
-		parts[j] = p
+// retryAfter returns how long e, which remembers a denial, denies cost at
+// now (nanos): until the denial lapses, and at least until its bucket
+// holds the cost. Redis's denial came with the allowance spent, so what e
+// holds now is all it can add (Optimistic admitted nothing since: the
+// denial came with no allowance).
+func (l *Limiter) retryAfter(e *entry, cost, now int64) time.Duration {
+	return max(time.Duration(e.denyUntil.Load()-now), l.costWait(e, cost-max(e.avail.Load(), 0), now))
+}
+
+// costWait returns how long e's bucket, by Redis's last word on it, takes
+// to hold short tokens (mode.short): the wait before a decision can be
+// granted the cost that needs them, if no other instance takes them first.
+// A denial's RetryAfter is at least that, so that a client asking for 50
+// tokens under 100 a minute is told to come back when 50 are there, not
+// when the next one is. 0 when e needs none or Redis has not answered
+// for it.
+func (l *Limiter) costWait(e *entry, short, now int64) time.Duration {
+	need := short
+	if need <= 0 || !e.synced.Load() {
+		return 0
 	}
-	open := func(p *entry) bool { return p != nil && p.denyUntil.Load() <= t }
-	if open(home) {
-		return home, hybridlimit.Result{}, false
-	}
-	if via := parts[home.via.Load()]; via != home && open(via) {
-		return via, hybridlimit.Result{}, false
-	}
-	if asked := home.fellOver.Load(); asked == 0 || t-asked >= int64(l.cfg.interval) {
-		turn := int(t / int64(l.cfg.interval))
-		for i := range s - 1 {
-			j := (int(home.shard) + 1 + (turn+i)%(s-1)) % s
-			if open(parts[j]) {
-				home.via.Store(int32(j))
-				home.fellOver.Store(max(t, 1))
-				return parts[j], hybridlimit.Result{}, false
-			}
-		}
-	}
-	soonest := home.denyUntil.Load()
-	for _, p := range parts {
-		if p != nil && p.denyUntil.Load() > t {
-			soonest = min(soonest, p.denyUntil.Load())
-		}
-	}
-	l.stats.deniedRemote.Inc()
-	return nil, denied(limit, time.Duration(max(soonest-t, 0)), src), true
+	part := partLimit(e)
+	perToken := float64(part.Period) / float64(part.Rate)
+	// The bucket is full at heardAt + resetAfter and holds need tokens
+	// (Burst - need) tokens' time before that.
+	full := e.heardAt.Load() + e.resetAfter.Load()
+	wait := float64(full-now) - float64(part.Burst-need)*perToken
+	return time.Duration(max(math.Ceil(wait), 0))
 }
 
 // entry returns the live entry for key, split into shards parts, creating
@@ -222,21 +206,6 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 func (l *Limiter) entry(key string, limit hybridlimit.Limit, shards int) (*entry, error) {
 	at := layout{shards: shards}
 	return l.lookup(l.table, key, key, limit, l.home(key, at.shards), at)
-}
-
-// home returns the part of a key split s ways that this instance spends
-// first.
-func (l *Limiter) home(key string, s int) int {
-	if s == 1 {
-		return 0
-	}
-	return sharding.Home(l.cfg.instanceID, key, s)
-}
-
-// part returns the live entry of part j of key in layout at, which is not
-// the home part.
-func (l *Limiter) part(key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
-	return l.lookup(l.parts, partName(key, j, at), key, limit, j, at)
 }
 
 // lookup finds or creates the entry called name in t, of part j of key in
@@ -311,7 +280,7 @@ func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
 	lowered := partOf(limit, int(e.shard), int(e.shards)).Burst < partLimit(e).Burst
 	e.limit.Store(l.limits.get(limit))
 	if lowered {
-		if n := e.take(e.avail.Load()); n > 0 {
+		if n := e.withdraw(e.avail.Load()); n > 0 {
 			e.issued += n // spent by no one: granted all the same
 			l.stats.dropped.Add(uint64(n))
 		}
@@ -329,7 +298,7 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		gen:    int32(at.gen),
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
-		use:    usage{lastAt: l.nanos(now), usedAt: l.nanos(now)},
+		use:    account.Usage{LastAt: l.nanos(now), UsedAt: l.nanos(now)},
 		due:    -1,
 	}
 	e.limit.Store(l.limits.get(limit))
@@ -354,79 +323,18 @@ func (l *Limiter) each(f func(*entry)) {
 	l.parts.each(f)
 }
 
-// sumParts returns the tokens left in the global buckets of every part of
-// e's key, as of each part's last sync, a part this instance has not heard
-// of counting as full, and stores the sum where decisions report it.
-func (l *Limiter) sumParts(e *entry) {
-	at := e.layout()
-	s := at.shards
-	limit := *e.limit.Load()
-	home := l.home(e.owner, s)
-	found := make([]*entry, 0, s)
-	var sum int64
-	for j := range s {
-		var p *entry
-		if j == home {
-			p = l.table.get(e.owner)
-		} else {
-			p = l.parts.get(partName(e.owner, j, at))
-		}
-		if p == nil || p.layout() != at {
-			sum += sharding.Part(limit, j, s).Burst
-			continue
-		}
-		sum += p.partLeft.Load()
-		found = append(found, p)
-	}
-	for _, p := range found {
-		p.remaining.Store(sum)
-	}
-}
-
-// flag asks for an early sync of e, adding cost to what it waits for, and
-// returns the number of the round that will carry it. With wake, it wakes
-// the loop for a round now; a decision that waits for the round asks for
-// it through fetch instead, which lets others ask first (the linger).
-func (l *Limiter) flag(e *entry, cost int64, wake bool) (gen uint64) {
-	l.lockGather(e)
-	e.waiting += cost
-	already := e.flagged
-	e.flagged = true
-	l.scatterUnlock(e)
-	l.flagMu.Lock()
-	if !already {
-		l.flagged = append(l.flagged, e)
-	}
-	// The next round to take the flagged entries carries e: it is in the
-	// list, or in a round that took it and has not composed its message.
-	gen = l.taken + 1
-	l.flagMu.Unlock()
-	if wake {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	}
-	return gen
-}
-
-// exclusive runs f unless a round is already running, in which case it
-// waits for that round and returns its error instead.
-func (l *Limiter) exclusive(f func() error) error {
-	_, err, _ := l.rounds.Do("round", func() (any, error) { return nil, f() })
-	return err
-}
-
 // degraded decides by the failure policy for key, whose home entry is e
 // (nil when the table is full).
 func (l *Limiter) degraded(e *entry, now time.Time, key string, limit hybridlimit.Limit, cost int64) hybridlimit.Result {
 	switch l.cfg.policy {
-	case FailOpen:
+	case hybridlimit.FailOpen:
 		l.stats.failOpen.Add(1)
 		return hybridlimit.Result{Limit: limit, Allowed: true, Source: hybridlimit.SourceFallback}
-	case FailClosed:
+	case hybridlimit.FailClosed:
 		l.stats.failClosed.Add(1)
-		return denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
+		r := denied(limit, l.cfg.interval, hybridlimit.SourceFallback)
+		r.FailedClosed = true
+		return r
 	}
 	share := l.share(limit)
 	var r hybridlimit.Result

@@ -12,22 +12,32 @@ package sync
 
 // Where things are. Each part can be read, and changed, without the others:
 //
-//	limiter.go    Limiter, New, the decisions' API and their fast path, key names
-//	decide.go     the slow path: entries, fetches, split keys' parts, the failure policy
+//	limiter.go    Limiter, New, the decisions' API and their fast path, slot groups
+//	decide.go     the slow path: entries, the wait for a fetch, the failure policy
+//	parts.go      split keys: a key's layout, its parts' names, groups and limits,
+//	              the home part, falling over to another part, the sum reported
 //	entry.go      a key's state on this instance, and its allowance counters
 //	stripes.go    a hot key's allowance spread over one counter per CPU
 //	table.go      the lock-free map from keys to entries
-//	policy.go     the lease policy: pure functions of a holding (no Redis, no locks)
-//	round.go      the protocol: a round's messages composed, replies applied
+//	round.go      the protocol: a round's messages composed, sent, replies applied;
+//	              one round at a time (singleRound)
 //	mode.go       what the two modes do differently; reserve.go, optimistic.go
+//	internal/account  a key's account on this instance as plain data and pure
+//	              functions: the lease policy, the modes' arithmetic, the
+//	              failure policy's debt and share (no atomics, locks, clock
+//	              or Redis)
 //	transport.go  one call per node, pipelines, NOSCRIPT, WAIT, decoding
-//	fetch.go      the rounds decisions out of allowance wait for, the linger
+//	fetch.go      the flag a decision out of allowance raises, the rounds it
+//	              waits for, the linger
 //	loop.go       the loop's step (production ticks it, the simulator steps it), Close
 //	schedule.go   the timing wheel of entries' next syncs
 //	clock.go      Clock, and a ticker on it
+//	drive.go      Driver, Loop, Round: how a virtual clock runs the loop itself;
+//	              the limiter's side of it (driven)
 //	nodes.go      one breaker per Redis master, probes, Ping
-//	debt.go       what the failure policy admitted, owed to Redis
-//	reshard.go    automatic sharding: moving a key between layouts
+//	debt.go       the entries' debts (account.Debt), the share a decision spends
+//	reshard.go    automatic sharding: moving a key between layouts, and the moves
+//	              a round's replies call for
 //	heat.go       the sketch that finds hot keys
 //	stats.go      Stats; histogram.go, errclass.go its parts
 //	options.go    the options
@@ -36,26 +46,38 @@ package sync
 //
 //	allowance   tokens this instance may spend for a key without asking (avail)
 //	lease       the allowance a Reserve key holds ahead of its demand
-//	demand      a key's measured rate of consumption on this instance (usage)
+//	demand      a key's measured rate of consumption on this instance (account.Usage)
 //	holding     the policy's snapshot of one key: limit, demand, held, bucket left
+//	            (account.Holding)
 //	low mark    what a key holds when it tops up its lease
 //	stretch     the factor by which a key far under its limit holds more than its lease
 //	low limit   a limit too low to lease ahead: each request fetches its cost
 //	issued      tokens handed to the allowance in all; issued - avail were admitted
+//	account     the instance's side of a key's ledger: what it holds, owes and
+//	            was granted, and the rules that move it (internal/account)
 //	ledger      a per-instance record in the key's hash ("l:" id): the last
 //	            sequence number applied, the epoch, the total granted or reported
 //	total       the ledger's running sum, which messages state absolutely
 //	base        the total as the instance last heard it (acked)
 //	epoch       the first sequence number of an entry: a new epoch, a new total
 //	owed, debt  cost the failure policy admitted that Redis has not yet taken
+//	overdrawn   a global bucket below zero, which Optimistic's debits may
+//	            leave; later denials pay it back (not a debt)
 //	share       the instance's part of a limit while its failure policy decides
-//	round       one batch of messages: prepared, sent, applied
+//	round       one batch of messages: prepared, sent, applied; one runs at a
+//	            time (singleRound)
+//	serial      the number of a round that takes the flagged entries: a
+//	            decision waits for the serial its flag names
+//	apply       fold a reply into an entry (a round's replies, a mode's part)
+//	withdraw    remove unspent tokens from a key's allowance (handed back,
+//	            dropped, lapsed)
 //	fetch       a round that decisions out of allowance wait for
 //	linger      how long the first of them waits for others before it goes
 //	flagged     an entry a decision asked to sync before its turn
 //	part        one of the buckets a split key's limit is divided over
 //	home        the part an instance spends first (sharding.Home)
 //	layout      how a key is split: shards and generation
-//	generation  0 for the configured layout; each reshard makes the next
+//	generation  a layout's: 0 for the configured one; each reshard makes the next
 //	marker      what a closed part holds: the layout the key moved to
 //	node        a Redis master, with its breaker
+//	reset log   the keys Reset reset lately, read with every presence call

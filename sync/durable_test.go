@@ -41,7 +41,7 @@ func TestDurableSync(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ls := newLimiters(t, 2, func() hybridlimit.Redis { return master.Client(t) }, hlsync.WithPrefix(prefix),
 		hlsync.WithSyncInterval(50*time.Millisecond, 0.1), hlsync.WithDurableSync(1, 100*time.Millisecond),
-		hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithMaxWait(200*time.Millisecond))
+		hlsync.WithFailurePolicy(hybridlimit.FailClosed), hlsync.WithMaxWait(200*time.Millisecond))
 	const burst = 500
 	limit := frozen(burst)
 	admitted, err := hammer(ls, 4, "k", limit, burst, 100*time.Millisecond)
@@ -72,7 +72,7 @@ func TestDurableSync(t *testing.T) {
 		t.Errorf("replica stopped: %d of 20 admitted, want 0 under fail-closed", fromRedis)
 	}
 	s := ls[0].Stats()
-	if s.Errors[hlsync.ErrorTimeout] == 0 {
+	if s.Errors[hybridlimit.ErrorTimeout] == 0 {
 		t.Errorf("replica stopped: no failed call counted: %v", s.Errors)
 	}
 	if err := replica.Signal(syscall.SIGCONT); err != nil {
@@ -102,7 +102,7 @@ func TestDurableSyncCluster(t *testing.T) {
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)
 	ls := newLimiters(t, 3, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-		hlsync.WithDurableSync(1, 500*time.Millisecond), split(3), hlsync.WithFailurePolicy(hlsync.FailClosed))
+		hlsync.WithDurableSync(1, 500*time.Millisecond), split(3), hlsync.WithFailurePolicy(hybridlimit.FailClosed))
 	const burst = 900
 	limit := frozen(burst)
 	admitted, err := hammer(ls, 4, "hot", limit, burst, 100*time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // entry is one key's state on this instance.
@@ -61,7 +62,7 @@ type entry struct {
 	sentAt   int64         // when the message in flight was prepared, ns of the limiter's clock, as are the times below
 	grantAt  int64         // Optimistic: when the message that brought the allowance was prepared
 	waiting  int64         // cost of decisions waiting for allowance
-	use      usage         // the demand estimate
+	use      account.Usage // the demand estimate
 	nextSync int64         // when the loop should reconcile this entry next
 	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
@@ -159,9 +160,9 @@ func deposit(c *atomic.Int64, n int64) {
 	}
 }
 
-// take removes up to n unspent tokens from the local allowance and returns
+// withdraw removes up to n unspent tokens from the local allowance and returns
 // how many it removed. The caller holds e.mu.
-func (e *entry) take(n int64) int64 {
+func (e *entry) withdraw(n int64) int64 {
 	if n <= 0 {
 		// A negative n (a caller passing a raw reading of avail while a
 		// decision is putting back a cost) must not add tokens.
@@ -181,7 +182,7 @@ func (e *entry) take(n int64) int64 {
 }
 
 // snapshot returns the unspent allowance and the consumption it implies
-// from one reading of avail, waiting out a negative reading as settle does.
+// from one reading of avail, waiting out a negative reading as setAllowance does.
 // The caller holds e.mu.
 func (e *entry) snapshot() (held, consumed int64) {
 	for {
@@ -194,12 +195,12 @@ func (e *entry) snapshot() (held, consumed int64) {
 	}
 }
 
-// settle sets the local allowance to allowance(consumed), computed from
+// setAllowance sets the local allowance to allowance(consumed), computed from
 // the same reading of avail that the swap replaces, so no decision slips
 // between the reading and the new allowance. A negative reading means a
-// decision is about to put back a cost it could not pay; settle waits for
+// decision is about to put back a cost it could not pay; setAllowance waits for
 // it rather than fold a transient into the books. The caller holds e.mu.
-func (e *entry) settle(allowance func(consumed int64) int64) {
+func (e *entry) setAllowance(allowance func(consumed int64) int64) {
 	for {
 		a := e.avail.Load()
 		if a < 0 {

@@ -8,36 +8,37 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 )
 
-// TestEntryTakeNeverAdds pins the bug where a raw negative reading of
+// TestEntryWithdrawNeverAdds pins the bug where a raw negative reading of
 // avail (a decision about to put back a cost it could not pay) passed to
-// take added a token to the books.
-func TestEntryTakeNeverAdds(t *testing.T) {
+// withdraw added a token to the books.
+func TestEntryWithdrawNeverAdds(t *testing.T) {
 	var e entry
 	e.give(3)
 	for _, n := range []int64{-5, -1, 0} {
-		if got := e.take(n); got != 0 || e.avail.Load() != 3 || e.issued != 3 {
-			t.Errorf("take(%d) = %d, avail %d, issued %d; want 0, 3, 3", n, got, e.avail.Load(), e.issued)
+		if got := e.withdraw(n); got != 0 || e.avail.Load() != 3 || e.issued != 3 {
+			t.Errorf("withdraw(%d) = %d, avail %d, issued %d; want 0, 3, 3", n, got, e.avail.Load(), e.issued)
 		}
 	}
-	if got := e.take(5); got != 3 || e.avail.Load() != 0 || e.issued != 0 {
-		t.Errorf("take(5) = %d, avail %d, issued %d; want 3, 0, 0", got, e.avail.Load(), e.issued)
+	if got := e.withdraw(5); got != 3 || e.avail.Load() != 0 || e.issued != 0 {
+		t.Errorf("withdraw(5) = %d, avail %d, issued %d; want 3, 0, 0", got, e.avail.Load(), e.issued)
 	}
 }
 
-// TestEntrySettleCountsFromOneReading checks that settle computes the new
-// allowance from the same reading of avail that it replaces.
-func TestEntrySettleCountsFromOneReading(t *testing.T) {
+// TestEntrySetAllowanceCountsFromOneReading checks that setAllowance
+// computes the new allowance from the same reading of avail that it
+// replaces.
+func TestEntrySetAllowanceCountsFromOneReading(t *testing.T) {
 	var e entry
 	e.give(10)
 	e.avail.Add(-4) // four admitted
-	e.settle(func(consumed int64) int64 {
+	e.setAllowance(func(consumed int64) int64 {
 		if consumed != 4 {
-			t.Errorf("settle saw consumed %d, want 4", consumed)
+			t.Errorf("setAllowance saw consumed %d, want 4", consumed)
 		}
 		return 7
 	})
 	if held, consumed := e.snapshot(); held != 7 || consumed != 4 {
-		t.Errorf("after settle: held %d, consumed %d; want 7, 4", held, consumed)
+		t.Errorf("after setAllowance: held %d, consumed %d; want 7, 4", held, consumed)
 	}
 }
 

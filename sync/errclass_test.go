@@ -13,18 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
-
-func TestErrorClassString(t *testing.T) {
-	want := []string{"timeout", "connection", "error_reply", "malformed_reply", "other", "ErrorClass(5)"}
-	for c := range NumErrorClasses + 1 {
-		if got := c.String(); got != want[c] {
-			t.Errorf("ErrorClass(%d).String() = %q, want %q", c, got, want[c])
-		}
-	}
-}
 
 // TestClassify sorts errors made by hand and errors a real client returns
 // from a real server that is stalled, gone, or answering with an error.
@@ -65,22 +57,22 @@ func TestClassify(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want ErrorClass
+		want hybridlimit.ErrorClass
 	}{
-		{"stalled server", stalled, ErrorTimeout},
-		{"deadline", fmt.Errorf("sync: %w", context.DeadlineExceeded), ErrorTimeout},
-		{"socket timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, ErrorTimeout},
-		{"pool timeout", redis.ErrPoolTimeout, ErrorTimeout},
-		{"refused", refused, ErrorConnection},
-		{"closed client", closedClient, ErrorConnection},
-		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ErrorConnection},
-		{"eof", fmt.Errorf("sync: %w", io.EOF), ErrorConnection},
-		{"unknown command", unknownCmd, ErrorReply},
-		{"wrong type", wrongType, ErrorReply},
-		{"noscript", redis.ErrNoScript, ErrorReply},
-		{"malformed", fmt.Errorf("sync: %w: got string", scripts.ErrMalformedReply), ErrorMalformed},
-		{"canceled", context.Canceled, ErrorOther},
-		{"other", errors.New("something else"), ErrorOther},
+		{"stalled server", stalled, hybridlimit.ErrorTimeout},
+		{"deadline", fmt.Errorf("sync: %w", context.DeadlineExceeded), hybridlimit.ErrorTimeout},
+		{"socket timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, hybridlimit.ErrorTimeout},
+		{"pool timeout", redis.ErrPoolTimeout, hybridlimit.ErrorTimeout},
+		{"refused", refused, hybridlimit.ErrorConnection},
+		{"closed client", closedClient, hybridlimit.ErrorConnection},
+		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, hybridlimit.ErrorConnection},
+		{"eof", fmt.Errorf("sync: %w", io.EOF), hybridlimit.ErrorConnection},
+		{"unknown command", unknownCmd, hybridlimit.ErrorReply},
+		{"wrong type", wrongType, hybridlimit.ErrorReply},
+		{"noscript", redis.ErrNoScript, hybridlimit.ErrorReply},
+		{"malformed", fmt.Errorf("sync: %w: got string", scripts.ErrMalformedReply), hybridlimit.ErrorMalformed},
+		{"canceled", context.Canceled, hybridlimit.ErrorOther},
+		{"other", errors.New("something else"), hybridlimit.ErrorOther},
 	}
 	for _, tt := range tests {
 		if tt.err == nil {

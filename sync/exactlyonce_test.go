@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -46,7 +47,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 					t.Cleanup(func() { _ = c.Close() })
 					opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithInstanceID(fmt.Sprintf("i%d", i)),
 						hlsync.WithMode(mode), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-						hlsync.WithFailurePolicy(hlsync.FailClosed)}
+						hlsync.WithFailurePolicy(hybridlimit.FailClosed)}
 					if mode == hlsync.Optimistic {
 						opts = append(opts, hlsync.WithOvershootBudget(0))
 					}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
@@ -34,6 +35,9 @@ func (l *Limiter) Layout(key string) (shards, generation int) {
 	return 1, 0
 }
 
+// Interval returns the sync interval.
+func (l *Limiter) Interval() time.Duration { return l.cfg.interval }
+
 // Sync runs one reconcile round now (syncRound).
 func (l *Limiter) Sync(ctx context.Context) error { return l.syncRound(ctx) }
 
@@ -49,10 +53,7 @@ func (l *Limiter) Announce(ctx context.Context) error {
 func (l *Limiter) Reshard(ctx context.Context) error { return l.reshardHot(ctx) }
 
 // BeginRound prepares a round for the test to send and finish itself.
-func (l *Limiter) BeginRound() *round { return l.beginRound() }
-
-// Round is a round BeginRound prepared.
-type Round = round
+func (l *Limiter) BeginRound() Round { return l.beginRound() }
 
 // ErrReshardRace is what a reshard that found nothing to move returns.
 var ErrReshardRace = errReshardRace

@@ -71,7 +71,7 @@ func TestFailover(t *testing.T) {
 	// load on for 300ms after recover returns, and closes the limiters.
 	phase := func(name string, fault func(ls []*hlsync.Limiter) time.Time) (admitted int64, faultAt time.Time, ls []*hlsync.Limiter, res redistest.LoadResult) {
 		ls = newLimiters(t, n, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(interval, 0.1),
-			hlsync.WithFailurePolicy(hlsync.FailClosed),
+			hlsync.WithFailurePolicy(hybridlimit.FailClosed),
 			// Leases ahead of demand, as a limit this high would use if it
 			// refilled: the frozen limit alone would fetch per decision.
 			// Not stretched: the bound below is a lease of k intervals,
@@ -211,7 +211,7 @@ func TestBreakerDoesNotFlap(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0),
-		hlsync.WithFailurePolicy(hlsync.FailClosed), hlsync.WithLowLimitThreshold(0))
+		hlsync.WithFailurePolicy(hybridlimit.FailClosed), hlsync.WithLowLimitThreshold(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // timeouts, and that the limiter recovers by itself once Redis answers
 // again.
 func TestFailurePolicies(t *testing.T) {
-	for _, policy := range []hlsync.FailurePolicy{hlsync.FallbackLocal, hlsync.FailOpen, hlsync.FailClosed} {
+	for _, policy := range []hybridlimit.FailurePolicy{hybridlimit.FallbackLocal, hybridlimit.FailOpen, hybridlimit.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			redistest.NoLeaks(t)
 			srv := redistest.Start(t)
@@ -80,28 +80,33 @@ func TestFailurePolicies(t *testing.T) {
 				if r.Source != hybridlimit.SourceFallback {
 					t.Errorf("decision %d while the breaker is open = %+v, want Source fallback", i, r)
 				}
+				// Only the policy that refuses what it cannot check says
+				// so: a fallback share's denial is the limit's.
+				if r.FailedClosed != (policy == hybridlimit.FailClosed) {
+					t.Errorf("decision %d under %v: FailedClosed %v", i, policy, r.FailedClosed)
+				}
 			}
 			s := l.Stats()
 			switch policy {
-			case hlsync.FailOpen:
+			case hybridlimit.FailOpen:
 				if allowed != 20 || s.FailOpen < 20 {
 					t.Errorf("fail-open: allowed %d of 20, FailOpen = %d", allowed, s.FailOpen)
 				}
-			case hlsync.FailClosed:
+			case hybridlimit.FailClosed:
 				if allowed != 0 || s.FailClosed < 20 {
 					t.Errorf("fail-closed: allowed %d of 20, FailClosed = %d", allowed, s.FailClosed)
 				}
-			case hlsync.FallbackLocal:
+			case hybridlimit.FallbackLocal:
 				// One live instance: its share is the whole limit, 10 per
 				// key per minute, two keys.
 				if allowed != 20 || s.FallbackAllowed < 20 {
 					t.Errorf("fallback: allowed %d of 20, FallbackAllowed = %d", allowed, s.FallbackAllowed)
 				}
-				if r := decide(t, l, "k0", limit, maxWait); r.Allowed || r.RetryAfter <= 0 || r.Source != hybridlimit.SourceFallback {
+				if r := decide(t, l, "k0", limit, maxWait); r.Allowed || r.RetryAfter <= 0 || r.Source != hybridlimit.SourceFallback || r.FailedClosed {
 					t.Errorf("fallback: 11th decision on k0 = %+v, want denied by the fallback with a retry time", r)
 				}
 			}
-			if s.Errors[hlsync.ErrorTimeout] < 2 {
+			if s.Errors[hybridlimit.ErrorTimeout] < 2 {
 				t.Errorf("Errors = %v, want at least the 2 timeouts that opened the breaker", s.Errors)
 			}
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	stdsync "sync"
 	"time"
-
-	"github.com/hybridlimit/hybridlimit/internal/drive"
 )
 
 // A decision out of allowance flags its key (flag) and waits for a round
@@ -16,7 +14,7 @@ import (
 // another while keys are flagged: each once the fetch linger has passed,
 // so that the keys of the decisions asking meanwhile travel together. The
 // loop's rounds take the flagged entries too; rounds never overlap. A
-// drive.Driver runs the fetches in virtual time instead.
+// Driver runs the fetches in virtual time instead.
 
 // errFetchTimeout is what a decision records when Redis did not answer its
 // fetch within the max wait.
@@ -24,29 +22,29 @@ var errFetchTimeout = errors.New("sync: no reply within the max wait")
 
 // finished tells the decisions waiting for a round when it is over.
 type finished struct {
-	mu   stdsync.Mutex
-	gen  uint64        // the last round of flagged entries that finished
-	err  error         // the error of its calls
-	next chan struct{} // closed when the next one finishes
+	mu     stdsync.Mutex
+	serial uint64        // the last round of flagged entries that finished
+	err    error         // the error of its calls
+	next   chan struct{} // closed when the next one finishes
 }
 
-// publish records that round gen finished with err.
-func (f *finished) publish(gen uint64, err error) {
+// publish records that round serial finished with err.
+func (f *finished) publish(serial uint64, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gen, f.err = max(f.gen, gen), err
+	f.serial, f.err = max(f.serial, serial), err
 	if f.next != nil {
 		close(f.next)
 		f.next = nil
 	}
 }
 
-// after returns whether round gen finished, with the error of the last
+// after returns whether round serial finished, with the error of the last
 // round that did; else a channel closed when the next round finishes.
-func (f *finished) after(gen uint64) (bool, error, <-chan struct{}) {
+func (f *finished) after(serial uint64) (bool, error, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.gen >= gen {
+	if f.serial >= serial {
 		return true, f.err, nil
 	}
 	if f.next == nil {
@@ -55,13 +53,13 @@ func (f *finished) after(gen uint64) (bool, error, <-chan struct{}) {
 	return false, nil, f.next
 }
 
-// fetch asks for round gen, the one that carries the key a decision
+// fetch asks for round serial, the one that carries the key a decision
 // flagged, and waits for it until deadline or the end of ctx, returning
 // the error of its calls.
-func (l *Limiter) fetch(ctx context.Context, gen uint64, deadline time.Time) error {
+func (l *Limiter) fetch(ctx context.Context, serial uint64, deadline time.Time) error {
 	if l.driver != nil {
 		err := l.driver.Await(driven{l}, deadline)
-		if errors.Is(err, drive.ErrExpired) {
+		if errors.Is(err, ErrExpired) {
 			return errFetchTimeout
 		}
 		return err
@@ -83,7 +81,7 @@ func (l *Limiter) fetch(ctx context.Context, gen uint64, deadline time.Time) err
 	expired, stop := after(l.cfg.clock, deadline.Sub(l.cfg.clock.Now()))
 	defer stop()
 	for {
-		done, err, next := l.finished.after(gen)
+		done, err, next := l.finished.after(serial)
 		if done {
 			return err
 		}
@@ -101,6 +99,33 @@ func (l *Limiter) fetch(ctx context.Context, gen uint64, deadline time.Time) err
 	}
 }
 
+// flag asks for an early sync of e, adding cost to what it waits for, and
+// returns the number of the round that will carry it. With wake, it wakes
+// the loop for a round now; a decision that waits for the round asks for
+// it through fetch instead, which lets others ask first (the linger).
+func (l *Limiter) flag(e *entry, cost int64, wake bool) (serial uint64) {
+	l.lockGather(e)
+	e.waiting += cost
+	already := e.flagged
+	e.flagged = true
+	l.scatterUnlock(e)
+	l.flagMu.Lock()
+	if !already {
+		l.flagged = append(l.flagged, e)
+	}
+	// The next round to take the flagged entries carries e: it is in the
+	// list, or in a round that took it and has not composed its message.
+	serial = l.serial + 1
+	l.flagMu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return serial
+}
+
 // fetchAlone is the fetcher: it runs the rounds of flagged entries until
 // none is left, one such goroutine at a time (l.fetcher), which Close
 // waits for. Each round waits for the fetch linger first, and is bounded
@@ -111,7 +136,7 @@ func (l *Limiter) fetchAlone() {
 	for {
 		if !l.closed.Load() {
 			l.linger()
-			err := l.exclusive(func() error {
+			err := l.singleRound(func() error {
 				r := l.fetchRound()
 				err := r.Send(context.Background())
 				r.Finish()
@@ -146,9 +171,9 @@ func (l *Limiter) linger() {
 // fetchRound begins the round of the entries decisions flagged.
 func (l *Limiter) fetchRound() *round {
 	l.stats.fetches.Add(1)
-	entries, gen := l.takeFlagged()
+	entries, serial := l.takeFlagged()
 	r := l.prepare(l.cfg.clock.Now(), entries, false)
-	r.fetch, r.gen = true, gen
+	r.fetch, r.serial = true, serial
 	return r
 }
 
@@ -159,8 +184,8 @@ func (l *Limiter) takeFlagged() ([]*entry, uint64) {
 	defer l.flagMu.Unlock()
 	es := l.flagged
 	l.flagged = nil
-	l.taken++
-	return es, l.taken
+	l.serial++
+	return es, l.serial
 }
 
 // anyFlagged reports whether an entry waits for a round.

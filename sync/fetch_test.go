@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -21,7 +22,7 @@ func TestFetchLingerBatches(t *testing.T) {
 	const linger, keys = 50 * time.Millisecond, 20
 	for _, started := range []bool{true, false} {
 		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
-			clk := hlsync.NewFakeClock()
+			clk := clock.New(time.Now())
 			l, err := hlsync.New(redistest.Standalone(t), hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithClock(clk),
 				hlsync.WithMaxWait(time.Minute), hlsync.WithTuning(hlsync.Tuning{FetchLinger: linger}))
 			if err != nil {

@@ -46,10 +46,10 @@ func (h *heat) add(key string) {
 	h.counts[key] = [2]int64{least + 1, least}
 }
 
-// take returns the counted keys with the messages each surely sent since
-// the last take, and the time since then, and starts a new window; or
+// drain returns the counted keys with the messages each surely sent since
+// the last drain, and the time since then, and starts a new window; or
 // nothing if the window is younger than least.
-func (h *heat) take(now time.Time, least time.Duration) (map[string]int64, time.Duration) {
+func (h *heat) drain(now time.Time, least time.Duration) (map[string]int64, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	window := now.Sub(h.start)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -52,7 +53,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"brace prefix":           hlsync.WithPrefix("a{b"),
 		"bad instance id":        hlsync.WithInstanceID("a b"),
 		"empty instance id":      hlsync.WithInstanceID(""),
-		"unknown policy":         hlsync.WithFailurePolicy(hlsync.FailurePolicy(9)),
+		"unknown policy":         hlsync.WithFailurePolicy(hybridlimit.FailurePolicy(9)),
 		"unknown mode":           hlsync.WithMode(hlsync.Mode(7)),
 		"negative budget":        hlsync.WithOvershootBudget(-0.5),
 		"NaN budget":             hlsync.WithOvershootBudget(math.NaN()),
@@ -240,7 +241,7 @@ func TestCloseAsksForNothing(t *testing.T) {
 	p, c := behindProxy(t, srv)
 	l, err := hlsync.New(c, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("i0"),
 		hlsync.WithSyncInterval(time.Second, 0), hlsync.WithMaxWait(50*time.Millisecond),
-		hlsync.WithFailurePolicy(hlsync.FailClosed))
+		hlsync.WithFailurePolicy(hybridlimit.FailClosed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestCostAboveBurstAfterLimitShrinks(t *testing.T) {
 // clock got there (for ever, past the range of nanoseconds).
 func TestCallerTimeAheadStillIdles(t *testing.T) {
 	for _, years := range []int{-1, 0, 400} { // -1: now; 0: a day ahead
-		clk := hlsync.NewFakeClock()
+		clk := clock.New(time.Now())
 		l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0))
 		ctx := context.Background()
 		at := clk.Now()

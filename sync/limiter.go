@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strconv"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +16,9 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/internal/drive"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/sharding"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // ErrClosed is returned by decisions after Close.
@@ -45,7 +43,7 @@ var errTooManyKeys = errors.New("sync: too many tracked keys")
 type Limiter struct {
 	rdb   hybridlimit.Redis
 	cfg   config
-	pol   policy
+	pol   account.Policy
 	mode  mode
 	tr    transport
 	ks    hybridlimit.Keyspace
@@ -59,10 +57,14 @@ type Limiter struct {
 	fallback *local.Table
 	base     time.Time // the clock reading that nanosecond offsets count from
 	seq      atomic.Int64
-	live     atomic.Int64       // instances seen alive in Redis, at least 1
-	presence string             // key of the presence set
-	rounds   singleflight.Group // keeps rounds from overlapping
-	wake     chan struct{}      // pokes the loop for an early round
+	live     atomic.Int64 // instances seen alive in Redis, at least 1
+	presence string       // key of the presence set
+	resetLog string       // key of the reset log, on the presence set's node
+	// resetsRead is the script time of the last presence call's read of the
+	// reset log (microseconds), the next read's since; 0 before the first.
+	resetsRead atomic.Int64
+	rounds     singleflight.Group // keeps rounds from overlapping
+	wake       chan struct{}      // pokes the loop for an early round
 
 	heat heat // sync messages per key, for automatic sharding
 	// unclosed holds the moves whose old parts did not all close, by key,
@@ -91,7 +93,7 @@ type Limiter struct {
 
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
-	taken   uint64   // rounds that took the flagged entries, so far
+	serial  uint64   // the serial of the last round that took the flagged entries
 	// finished tells decisions when the round they wait for is over;
 	// fetcher says a goroutine of fetchAlone runs the rounds they wait
 	// for (fetches: Close waits for it).
@@ -106,9 +108,9 @@ type Limiter struct {
 
 	life    stdsync.Mutex
 	running bool
-	driver  drive.Driver // steps the loop, when the clock is one (the simulator)
-	looping atomic.Bool  // the loop runs (and probes failing nodes)
-	chores  chores       // the loop's, when last done
+	driver  Driver      // steps the loop, when the clock is one (the simulator)
+	looping atomic.Bool // the loop runs (and probes failing nodes)
+	chores  chores      // the loop's, when last done
 	probes  stdsync.WaitGroup
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -150,6 +152,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		fallback: fb,
 		base:     cfg.clock.Now(),
 		presence: ks.Tagged("presence", "instances"),
+		resetLog: ks.Tagged("presence", "resets"),
 		wake:     make(chan struct{}, 1),
 		closing:  make(chan struct{}, 1),
 		closedCh: make(chan struct{}),
@@ -157,20 +160,20 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
 	l.mode = reserve{l}
 	if cfg.mode == Optimistic {
-		l.mode = optimistic{l, cfg.overshoot}
+		l.mode = optimistic{l, account.Optimistic{Budget: cfg.overshoot, Life: l.allowanceLife()}}
 	}
 	l.tr = l.transport()
 	// Sequence numbers start at the clock in microseconds, so a restarted
 	// instance that keeps its id still numbers above its past.
 	l.seq.Store(cfg.clock.Now().UnixMicro())
 	l.live.Store(1)
-	l.sched.tick = int64(l.pol.tick())
+	l.sched.tick = int64(l.pol.Tick())
 	l.nodes.init(cfg.groups, nodeName(rdb), cfg.logger, cfg.interval)
 	l.probeKeys = make([]string, cfg.groups)
 	for g, tag := range l.tags {
 		l.probeKeys[g] = ks.Tagged(tag, "probe")
 	}
-	if d, ok := cfg.clock.(drive.Driver); ok {
+	if d, ok := cfg.clock.(Driver); ok {
 		l.driver = d
 		l.looping.Store(true)
 		d.Drive(driven{l})
@@ -235,75 +238,6 @@ func (l *Limiter) group(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % uint32(len(l.tags)))
-}
-
-// partKeys names the Redis keys of part j of key in layout at: its global
-// bucket, a hash that also holds every instance's ledger (field "l:" and
-// the instance id), and its Optimistic allowances. Part j lives in the
-// slot group sharding.Group assigns it, and a split key's names carry
-// "#j.s" after the kind (and ".gen" after the first generation), so whole
-// keys and the parts of every layout never share a name.
-func (l *Limiter) partKeys(key string, j int, at layout) (bucket, allowances string) {
-	b, ends := l.appendPartKeys(nil, key, j, at, l.partGroup(key, j, at.shards))
-	names := string(b)
-	return names[:ends[0]], names[ends[0]:ends[1]]
-}
-
-// appendPartKeys appends to dst the names partKeys returns, for the part
-// whose slot group is g, end to end, and returns where each ends. A round
-// names the keys of its messages this way, into one buffer a call, rather
-// than each entry keeping its own strings.
-func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int) ([]byte, [2]int) {
-	var ends [2]int
-	for i, kind := range [2]byte{'h', 'a'} {
-		dst = l.ks.AppendTagged(dst, l.tags[g])
-		dst = append(dst, kind)
-		if at.shards > 1 || at.gen > 0 {
-			dst = append(dst, '#')
-			dst = strconv.AppendInt(dst, int64(j), 10)
-			dst = append(dst, '.')
-			dst = strconv.AppendInt(dst, int64(at.shards), 10)
-			if at.gen > 0 {
-				dst = append(dst, '.')
-				dst = strconv.AppendInt(dst, int64(at.gen), 10)
-			}
-		}
-		dst = append(dst, ':')
-		dst = append(dst, key...)
-		ends[i] = len(dst)
-	}
-	return dst, ends
-}
-
-// shardCount returns how many parts key is split into under limit: what
-// WithSplitKeys says, as far as the limit splits (sharding.Fit).
-func (l *Limiter) shardCount(key string, limit hybridlimit.Limit) (int, error) {
-	if l.cfg.shards == nil {
-		return 1, nil
-	}
-	s := l.cfg.shards(key, limit)
-	if err := sharding.CheckShards(s); err != nil {
-		return 0, fmt.Errorf("sync: key %q: %w", key, err)
-	}
-	return sharding.Fit(limit, s), nil
-}
-
-// partGroup returns the slot group of part j of s of key.
-func (l *Limiter) partGroup(key string, j, s int) int {
-	if s == 1 {
-		return l.group(key)
-	}
-	return sharding.Group(l.group(key), j, s, len(l.tags))
-}
-
-// partLimit returns the limit e's part enforces.
-func partLimit(e *entry) hybridlimit.Limit {
-	return partOf(*e.limit.Load(), int(e.shard), int(e.shards))
-}
-
-// partName is the name of part j of key in layout at in the parts table.
-func partName(key string, j int, at layout) string {
-	return strconv.Itoa(j) + "." + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) + ":" + key
 }
 
 // InstanceID returns the name of this instance in Redis.
@@ -387,12 +321,16 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 	return nil
 }
 
-// Reset forgets key: its bucket reads as full again, and every instance
-// forgets what it holds or owes for it at its next message about it (this
-// one at once). For a split key, the parts of the layouts this instance
-// knows it in are reset: reset a split key from an instance that uses it.
-// It fails, forgetting nothing, with an error wrapping
-// hybridlimit.ErrUnavailable when Redis cannot be asked.
+// Reset forgets key: its bucket reads as full again, this instance
+// forgets what it holds or owes for it at once, and every other instance
+// within a sync interval: each hears of the reset at its next presence call
+// and then sends its next message about the key, which finds its ledger
+// gone. For a split key, the parts of the layouts this instance knows it in
+// are reset: reset a split key from an instance that uses it. It fails with
+// an error wrapping hybridlimit.ErrUnavailable when Redis cannot be asked:
+// forgetting nothing if no bucket could be reset, and with the buckets
+// reset but the other instances told only at their next message if the
+// reset log could not be written.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -431,6 +369,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 				l.drop(l.parts, p)
 			}
 		}
+	}
+	// After the buckets: an instance that heard of the reset earlier could
+	// ask the old bucket again, and remember its denial.
+	if _, err := scripts.ResetLog.Run(ctx, l.rdb, []string{l.resetLog}, 0, key, l.ledgerTTL()); err != nil {
+		l.stats.countError(err)
+		return fmt.Errorf("sync: reset %q: the buckets are reset, but other instances hear of it only at their next message: %w: %w", key, hybridlimit.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -522,11 +466,10 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 	if e.shards != 1 || e.dead.Load() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
 		return hybridlimit.Result{}, false
 	}
-	now = l.at(now)
-	left := e.denyUntil.Load() - l.nanos(now)
-	if left <= 0 {
+	t := l.nanos(l.at(now))
+	if e.denyUntil.Load() <= t {
 		return hybridlimit.Result{}, false
 	}
 	l.stats.deniedRemote.Inc()
-	return denied(limit, time.Duration(left), hybridlimit.SourceLocal), true
+	return denied(limit, l.retryAfter(e, cost, t), hybridlimit.SourceLocal), true
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/drive"
+	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
@@ -58,10 +58,10 @@ func (l *Limiter) loop(ctx context.Context) error {
 	defer close(l.done)
 	defer l.looping.Store(false)
 	defer l.probes.Wait()
-	t := newTicker(l.cfg.clock, l.pol.tick())
+	t := newTicker(l.cfg.clock, l.pol.Tick())
 	defer t.Stop()
 	for {
-		why := drive.StepWake
+		why := StepWake
 		select {
 		case <-ctx.Done():
 			l.life.Lock()
@@ -71,13 +71,13 @@ func (l *Limiter) loop(ctx context.Context) error {
 		case <-l.stop:
 			return nil
 		case <-t.c:
-			why = drive.StepTick
+			why = StepTick
 		case <-l.wake:
 		}
-		// A round in flight (a fetch's) makes exclusive wait for it without
+		// A round in flight (a fetch's) makes singleRound wait for it without
 		// running the step: go again, so that no tick is lost.
 		for ran := false; !ran; {
-			_ = l.exclusive(func() error {
+			_ = l.singleRound(func() error {
 				ran = true
 				r := l.step(ctx)
 				err := r.Send(ctx)
@@ -85,7 +85,7 @@ func (l *Limiter) loop(ctx context.Context) error {
 				return err
 			})
 		}
-		if why == drive.StepTick {
+		if why == StepTick {
 			l.doChores(ctx, l.cfg.clock.Now())
 		}
 	}
@@ -112,9 +112,12 @@ func (l *Limiter) step(ctx context.Context) *round {
 }
 
 // doChores records presence and runs automatic sharding, each once an
-// interval: the loop's work at a tick, after the round.
+// interval: the loop's work at a tick, after the round. Presence is due
+// half a tick early, so that a tick that comes a little early does not put
+// it off a whole tick: the reset log it reads is read at least once an
+// interval.
 func (l *Limiter) doChores(ctx context.Context, now time.Time) {
-	if now.Sub(l.chores.presence) >= l.cfg.interval {
+	if now.Sub(l.chores.presence) >= l.cfg.interval-l.pol.Tick()/2 {
 		_ = l.announce(ctx, true)
 		l.chores.presence = now
 	}
@@ -143,7 +146,7 @@ func (l *Limiter) syncRound(ctx context.Context) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	return l.exclusive(func() error {
+	return l.singleRound(func() error {
 		r := l.beginRound()
 		err := r.Send(ctx)
 		r.Finish()
@@ -158,90 +161,23 @@ func (l *Limiter) beginRound() *round {
 		return &round{l: l} // nothing to say after Close (see syncRound)
 	}
 	now := l.cfg.clock.Now()
-	due, gen := l.sweep(now)
+	due, serial := l.sweep(now)
 	r := l.prepare(now, due, false)
-	r.gen = gen
+	r.serial = serial
 	return r
-}
-
-// Messages returns the number of keys the round carries.
-func (r *round) Messages() int { return len(r.msgs) }
-
-// Send sends the round's script calls, bounded by the round timeout.
-func (r *round) Send(ctx context.Context) error {
-	l := r.l
-	if len(r.msgs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
-	defer cancel()
-	start := time.Now()
-	err := l.tr.send(ctx, r.msgs)
-	r.err = err
-	if r.fetch {
-		return err // counted in Stats.Fetches when it began
-	}
-	l.stats.rounds.Add(1)
-	l.stats.lastRound.Store(int64(time.Since(start)))
-	if err != nil {
-		l.stats.roundErrors.Add(1)
-	}
-	return err
-}
-
-// Finish applies the replies at the clock's time, and tells the decisions
-// waiting for the round.
-func (r *round) Finish() {
-	r.apply(r.l.cfg.clock.Now())
-	if r.gen > 0 {
-		r.l.finished.publish(r.gen, r.err)
-	}
-}
-
-// driven is a Limiter's loop as a drive.Driver steps it.
-type driven struct{ l *Limiter }
-
-func (d driven) Tick() time.Duration { return d.l.pol.tick() }
-
-// Step does a tick's chores before its round (the loop does them after:
-// in virtual time they take none). A fetch is the fetcher's round.
-func (d driven) Step(ctx context.Context, why drive.Why) drive.Round {
-	switch why {
-	case drive.StepTick:
-		d.l.doChores(ctx, d.l.cfg.clock.Now())
-	case drive.StepFetch:
-		return d.l.fetchRound()
-	}
-	return d.l.step(ctx)
-}
-
-func (d driven) Linger() time.Duration { return d.l.cfg.linger }
-
-func (d driven) Woken() bool {
-	select {
-	case <-d.l.wake:
-		return true
-	default:
-		return false
-	}
-}
-
-func (d driven) Announce(ctx context.Context) error {
-	d.l.chores.presence = d.l.cfg.clock.Now()
-	return d.l.announce(ctx, true)
 }
 
 // sweep returns the entries flagged or due for a sync by the schedule,
 // and every quarter of the idle hold evicts the idle entries: the one walk
 // over every entry, which is why it is not made every tick.
 func (l *Limiter) sweep(now time.Time) ([]*entry, uint64) {
-	flagged, gen := l.takeFlagged()
-	due := l.sched.take(l.nanos(now), flagged)
-	if now.Sub(l.swept) >= l.pol.idleHold()/4 {
+	flagged, serial := l.takeFlagged()
+	due := l.sched.pop(l.nanos(now), flagged)
+	if now.Sub(l.swept) >= l.pol.IdleHold()/4 {
 		l.swept = now
 		l.evictIdle(now)
 	}
-	return due, gen
+	return due, serial
 }
 
 // evictIdle removes from the tables the entries that hold nothing and have
@@ -274,7 +210,7 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.use.usedAt) < 2*l.pol.idleHold() {
+	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.use.UsedAt) < 2*l.pol.IdleHold() {
 		return false
 	}
 	if !e.synced.Load() {
@@ -285,8 +221,8 @@ func (l *Limiter) idle(now time.Time, e *entry) bool {
 	return l.mode.idle(e)
 }
 
-// announce records this instance in the presence set (or removes it) and
-// reads the live count.
+// announce records this instance in the presence set (or removes it),
+// reads the live count, and hears of the keys reset since its last call.
 func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
 	defer cancel()
@@ -295,26 +231,69 @@ func (l *Limiter) announce(ctx context.Context, alive bool) error {
 	if alive {
 		flag = "1"
 	}
-	reply, err := scripts.Presence.Run(ctx, l.rdb, []string{l.presence}, 0, l.cfg.instanceID, life.Microseconds(), flag)
+	reply, err := scripts.Presence.Run(ctx, l.rdb, []string{l.presence, l.resetLog}, 0, l.cfg.instanceID, life.Microseconds(), flag,
+		l.resetsRead.Load(), l.ledgerTTL())
 	if err != nil {
 		l.stats.countError(err)
 		l.presenceFailed(err)
 		return fmt.Errorf("sync: presence: %w", err)
 	}
-	n, ok := reply.(int64)
-	if !ok {
-		l.stats.errors[ErrorMalformed].Add(1)
-		err := fmt.Errorf("sync: presence: %w: %T", scripts.ErrMalformedReply, reply)
+	p, err := scripts.ParsePresenceReply(reply)
+	if err != nil {
+		l.stats.errors[hybridlimit.ErrorMalformed].Add(1)
+		err = fmt.Errorf("sync: presence: %w", err)
 		l.presenceFailed(err)
 		return err
 	}
 	if l.presenceDown.Swap(false) {
-		l.cfg.logger.Info("sync: presence record written again", "live", n)
+		l.cfg.logger.Info("sync: presence record written again", "live", p.Live)
 	}
 	if alive {
-		l.live.Store(max(n, 1))
+		l.live.Store(max(p.Live, 1))
+		l.heardResets(p)
 	}
 	return nil
+}
+
+// heardResets makes every entry of the keys reset since the last presence
+// call, or of every key when the log cannot tell which, drop the denial it
+// remembers and sync at once: its message finds its ledger gone, and it
+// forgets what it holds (6.1). An entry that holds a denial sends no
+// message until the denial lapses, up to a token's time: without this it
+// would deny a reset key for as long. An entry that heard of the bucket
+// after the reset only syncs early.
+func (l *Limiter) heardResets(p scripts.PresenceReply) {
+	// A first read takes every reset the log keeps, a ledger TTL's worth:
+	// all that can matter, unless this instance was made longer ago.
+	first := l.resetsRead.Load() == 0
+	if !p.Whole || first && l.cfg.clock.Now().Sub(l.base) > l.ledgerTTLDuration() {
+		l.each(func(e *entry) {
+			if e.denyUntil.Load() != 0 {
+				l.resync(e)
+			}
+		})
+	}
+	for _, key := range p.Reset {
+		home := l.table.get(key)
+		if home == nil {
+			continue
+		}
+		at := home.layout()
+		for j := range at.shards {
+			if j == int(home.shard) {
+				l.resync(home)
+			} else if e := l.parts.get(partName(key, j, at)); e != nil {
+				l.resync(e)
+			}
+		}
+	}
+	l.resetsRead.Store(p.Now)
+}
+
+// resync drops e's remembered denial and flags it for the next round.
+func (l *Limiter) resync(e *entry) {
+	e.denyUntil.Store(0)
+	l.flag(e, 0, true)
 }
 
 // presenceFailed logs the first of a run of failed presence calls: the
@@ -357,11 +336,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
 	}
-	// A round in flight makes exclusive wait for it without running ours:
+	// A round in flight makes singleRound wait for it without running ours:
 	// go again until the final round itself has run.
 	var err error
 	for ran := false; !ran; {
-		err = l.exclusive(func() error {
+		err = l.singleRound(func() error {
 			ran = true
 			// A reply from a part another instance closed moves its key to
 			// the new layout, with what the old entries held: hand that

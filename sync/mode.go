@@ -19,9 +19,9 @@ type mode interface {
 	// whether e has anything to say; final hands everything back. The
 	// caller holds e.mu and has measured e's demand.
 	compose(now time.Time, e *entry, m *message, final bool) bool
-	// settle folds the mode's part of m's reply into e and returns the
+	// apply folds the mode's part of m's reply into e and returns the
 	// tokens of the bucket e may count on. The caller holds e.mu.
-	settle(now time.Time, e *entry, m *message) (left int64)
+	apply(now time.Time, e *entry, m *message) (left int64)
 	// starved reports whether a reply that found tokens in the bucket
 	// leaves e nothing to spend before its next round.
 	starved(m *message) bool
@@ -29,6 +29,9 @@ type mode interface {
 	// nothing lost, dropping allowance Redis does not count. The caller
 	// holds e.mu, and has checked that e has no message in flight or due.
 	idle(e *entry) bool
+	// short returns the tokens e's bucket must hold, by Redis's last word
+	// on it, for e to pay cost. The caller holds e.mu.
+	short(e *entry, cost int64) int64
 	// fetches reports whether a decision that finds no allowance on e
 	// asks Redis for more, rather than wait for the next round.
 	fetches(e *entry) bool

@@ -4,17 +4,19 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // optimistic is the Optimistic mode: an instance spends first and
 // reports. A message states the tokens admitted in all; Redis debits what
-// is new (into debt if need be, paid back by later denials) and replies
-// with the allowance the instance may spend until its next message: all
-// the bucket holds, or under an overshoot budget a share that, over all
-// instances, never exceeds what the bucket holds plus the budget.
+// is new (overdrawing the bucket if need be, paid back by later denials)
+// and replies with the allowance the instance may spend until its next
+// message: all the bucket holds, or under an overshoot budget a share
+// that, over all instances, never exceeds what the bucket holds plus the
+// budget.
 type optimistic struct {
-	l      *Limiter
-	budget float64 // WithOvershootBudget's fraction of a burst, or -1 for none
+	l   *Limiter
+	cfg account.Optimistic // WithOvershootBudget's budget, the allowance's life
 }
 
 func (optimistic) wire() scripts.SyncMode { return scripts.ModeOptimistic }
@@ -22,29 +24,23 @@ func (optimistic) wire() scripts.SyncMode { return scripts.ModeOptimistic }
 // lapse stops spending an allowance half-way to lapsing in Redis and not
 // renewed, with half a life of margin for a late round.
 func (o optimistic) lapse(e *entry, t int64) {
-	if o.budget >= 0 && time.Duration(t-e.grantAt) >= o.l.allowanceLife()/2 {
-		e.take(e.avail.Load())
+	if o.cfg.Lapsing(t, e.grantAt) {
+		e.withdraw(e.avail.Load())
 	}
 }
 
 // compose reports what e admitted, and what it holds unspent, which Redis
 // never records less of (it may be spent before the reply).
 func (o optimistic) compose(now time.Time, e *entry, m *message, final bool) bool {
-	if o.budget >= 0 {
-		m.wire.Budget = int64(o.budget * float64(m.limit.Burst))
-	}
+	m.wire.Budget = o.cfg.BudgetOf(m.limit.Burst)
 	if final {
-		e.settle(func(int64) int64 { return 0 })
+		e.setAllowance(func(int64) int64 { return 0 })
 		m.wire.Held = -1 // closing: record no allowance
-	} else if o.budget >= 0 {
-		// Keep no more than twice the demand, or one instance keeps the
-		// pool it was granted alone and starves those that come later. At
-		// least the minimum lease stays, which a quiet or low-limit key
-		// (no lease) spends from next rather than be denied.
-		h := o.l.view(e, m.limit, now)
-		keep := max(e.waiting+o.l.pol.lease(h), o.l.pol.minLease(m.limit, h.live), 1)
+	} else if o.cfg.Budget >= 0 {
+		// Under a budget, hand back what is beyond twice what e keeps.
+		keep := o.l.pol.Keep(o.l.view(e, m.limit, now), e.waiting)
 		if a := e.avail.Load(); a > 2*keep {
-			e.take(a - keep)
+			e.withdraw(a - keep)
 		}
 	}
 	held, consumed := e.snapshot()
@@ -53,17 +49,15 @@ func (o optimistic) compose(now time.Time, e *entry, m *message, final bool) boo
 	}
 	m.wire.Value = consumed
 	e.sent = consumed
-	expiring := o.budget >= 0 && held > 0 && time.Duration(o.l.nanos(now)-e.grantAt) >= o.l.allowanceLife()/5
-	// A flagged key found its allowance spent: ask for more even with
-	// nothing to report.
-	return !e.synced.Load() || e.unacked || consumed != e.acked || final || expiring || e.flagged
+	renewing := o.cfg.Renewing(held, o.l.nanos(now), e.grantAt)
+	return account.OptimisticSays(consumed, e.acked, e.synced.Load(), e.unacked, final, renewing, e.flagged)
 }
 
-// settle sets e's allowance to what the reply grants, less what e
+// apply sets e's allowance to what the reply grants, less what e
 // admitted since the message: the allowance counts from the consumption
 // the message carried. After Close nothing more is admitted, so nothing
 // goes unreported. It returns what the bucket holds beyond the allowance.
-func (o optimistic) settle(now time.Time, e *entry, m *message) int64 {
+func (o optimistic) apply(now time.Time, e *entry, m *message) int64 {
 	closed := o.l.closed.Load()
 	// A reply that comes back half an allowance's life or more after its
 	// message was prepared brings an allowance that lapse would take back
@@ -71,13 +65,13 @@ func (o optimistic) settle(now time.Time, e *entry, m *message) int64 {
 	// others: spend none of it. What the message reported stays counted,
 	// and the next message asks afresh. (A client that ignores context
 	// deadlines hands such replies over however long the round timeout.)
-	stale := o.budget >= 0 && time.Duration(o.l.nanos(now)-e.sentAt) >= o.l.allowanceLife()/2
+	stale := o.cfg.Lapsing(o.l.nanos(now), e.sentAt)
 	allowance := m.reply.Allowance
-	e.settle(func(consumed int64) int64 {
+	e.setAllowance(func(consumed int64) int64 {
 		if closed || stale {
 			return 0
 		}
-		return allowance - (consumed - e.sent)
+		return account.Allowance(allowance, consumed, e.sent)
 	})
 	e.grantAt = e.sentAt
 	return max(m.reply.Remaining-allowance, 0)
@@ -85,7 +79,7 @@ func (o optimistic) settle(now time.Time, e *entry, m *message) int64 {
 
 // starved: tokens are left but other instances hold them all under the
 // budget, and nothing comes free before they report.
-func (o optimistic) starved(m *message) bool { return o.budget >= 0 && m.reply.Allowance == 0 }
+func (o optimistic) starved(m *message) bool { return o.cfg.Starved(m.reply.Allowance) }
 
 // idle: everything admitted reported (below acked only after a refund of
 // what was reported); the allowance e holds is its own, which Redis does
@@ -94,12 +88,17 @@ func (optimistic) idle(e *entry) bool {
 	if e.consumed() > e.acked {
 		return false
 	}
-	e.take(e.avail.Load())
+	e.withdraw(e.avail.Load())
 	return true
 }
 
 // fetches: once synced, a key out of allowance waits for the next round.
 func (optimistic) fetches(e *entry) bool { return !e.synced.Load() }
+
+// short: cost plus what e admitted since its last report, which the
+// bucket has yet to be debited; the next reply's allowance is what the
+// bucket holds then, in place of what e holds now.
+func (optimistic) short(e *entry, cost int64) int64 { return cost + max(e.consumed()-e.acked, 0) }
 
 // allowanceLife is how long an Optimistic allowance counts in Redis against
 // the other instances' allowances. The instance renews it at a fifth of its

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -26,7 +27,7 @@ func TestOptimisticBudgetShared(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1)}
 	a := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("a"))...)
 	b := clocked(t, rdb, clk, append(opts, hlsync.WithInstanceID("b"))...)
@@ -70,7 +71,7 @@ func TestOptimisticBudgetLowLimit(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"),
 		hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1))
 	limit := hybridlimit.PerMinute(100)
@@ -105,7 +106,7 @@ func TestOptimisticBudgetIdleKey(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(p), hlsync.WithInstanceID("a"),
 		hlsync.WithMode(hlsync.Optimistic), hlsync.WithOvershootBudget(0.1))
 	limit := hybridlimit.PerSecond(1000)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/sharding"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // Mode selects how a Limiter reconciles with Redis (docs/design.md 6.2).
@@ -35,29 +36,6 @@ func (m Mode) String() string {
 		return "optimistic"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
-}
-
-// FailurePolicy says what decisions do while Redis cannot be asked
-// (unreachable, too slow, or its node's breaker open). Allowance held
-// locally is spent under every policy: Redis granted it.
-type FailurePolicy int
-
-const (
-	FallbackLocal FailurePolicy = iota // the default: each instance enforces its share of the limit
-	FailOpen                           // admit
-	FailClosed                         // deny
-)
-
-func (p FailurePolicy) String() string {
-	switch p {
-	case FallbackLocal:
-		return "fallback-local"
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	}
-	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
 
 // Option configures a Limiter.
@@ -84,7 +62,7 @@ type config struct {
 	maxKeys        int
 	prefix         string
 	instanceID     string
-	policy         FailurePolicy
+	policy         hybridlimit.FailurePolicy
 	overshoot      float64
 	lowLimit       float64
 	shards         func(key string, limit hybridlimit.Limit) int
@@ -107,7 +85,7 @@ func defaults() config {
 		groups:         64,
 		maxKeys:        1 << 20,
 		prefix:         hybridlimit.DefaultPrefix,
-		policy:         FallbackLocal,
+		policy:         hybridlimit.FallbackLocal,
 		overshoot:      -1,
 		lowLimit:       2,
 		logger:         slog.New(slog.DiscardHandler),
@@ -275,11 +253,14 @@ func WithInstanceID(id string) Option {
 }
 
 // WithFailurePolicy chooses what decisions do while Redis cannot be asked
-// (default FallbackLocal).
-func WithFailurePolicy(p FailurePolicy) Option {
+// (unreachable, too slow, or its node's breaker open): hybridlimit's
+// FallbackLocal (the default; each instance enforces its share of the
+// limit), FailOpen (admit) or FailClosed (deny). Allowance held locally is
+// spent under every policy: Redis granted it.
+func WithFailurePolicy(p hybridlimit.FailurePolicy) Option {
 	return optionFunc(func(c *config) error {
-		if p != FallbackLocal && p != FailOpen && p != FailClosed {
-			return fmt.Errorf("sync: unknown failure policy %d", int(p))
+		if p != hybridlimit.FallbackLocal && p != hybridlimit.FailOpen && p != hybridlimit.FailClosed {
+			return fmt.Errorf("sync: failure policy %v is not FallbackLocal, FailOpen or FailClosed", p)
 		}
 		c.policy = p
 		return nil
@@ -386,7 +367,8 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithClock replaces the system clock, for tests and virtual time.
+// WithClock replaces the system clock, for tests and virtual time. A
+// clock that is also a Driver runs the limiter's loop itself (drive.go).
 func WithClock(clk Clock) Option {
 	return optionFunc(func(c *config) error {
 		if clk == nil {
@@ -427,14 +409,14 @@ func configure(opts []Option) (config, error) {
 }
 
 // leasePolicy returns the lease policy the configuration sets.
-func (c *config) leasePolicy() policy {
-	return policy{
-		interval:   c.interval,
-		jitter:     c.jitter,
-		lookahead:  c.lookahead,
-		stretchCap: c.stretch,
-		lowLimit:   c.lowLimit,
-		optimistic: c.mode == Optimistic,
+func (c *config) leasePolicy() account.Policy {
+	return account.Policy{
+		Interval:   c.interval,
+		Jitter:     c.jitter,
+		Lookahead:  c.lookahead,
+		StretchCap: c.stretch,
+		LowLimit:   c.lowLimit,
+		Optimistic: c.mode == Optimistic,
 	}
 }
 

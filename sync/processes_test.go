@@ -42,7 +42,7 @@ type fleetConfig struct {
 	Addrs    []string
 	Prefix   string
 	ID       string
-	Policy   hlsync.FailurePolicy
+	Policy   hybridlimit.FailurePolicy
 	Mode     hlsync.Mode
 	Budget   float64 // WithOvershootBudget when above 0
 	Interval time.Duration
@@ -210,6 +210,25 @@ func runFleetWorker(cfg fleetConfig) (*fleetLog, error) {
 	return log, nil
 }
 
+// startWorker runs this test binary again as another OS process, with
+// only the test named test selected and cfg, as JSON, in the environment
+// variable env; it dies with the test.
+func startWorker(t *testing.T, test, env string, cfg any) *exec.Cmd {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
 // quietLogger drops go-redis's log lines.
 type quietLogger struct{}
 
@@ -221,7 +240,7 @@ type fleet struct {
 	Rate      int // decisions per second per process
 	Run       time.Duration
 	FaultAt   time.Duration
-	Policy    hlsync.FailurePolicy
+	Policy    hybridlimit.FailurePolicy
 	Mode      hlsync.Mode
 	Budget    float64
 	Interval  time.Duration
@@ -230,7 +249,7 @@ type fleet struct {
 // fleetShape returns the fleet the tests run: a small one by default, and
 // the size of a production trial (4 processes of 10,000 decisions a second
 // for 20 s, the fault at 10 s) with HYBRIDLIMIT_FLEET_FULL=1.
-func fleetShape(policy hlsync.FailurePolicy, mode hlsync.Mode, budget float64) fleet {
+func fleetShape(policy hybridlimit.FailurePolicy, mode hlsync.Mode, budget float64) fleet {
 	f := fleet{Processes: 3, Rate: 2000, Run: 8 * time.Second, FaultAt: 3 * time.Second,
 		Policy: policy, Mode: mode, Budget: budget, Interval: 200 * time.Millisecond}
 	if os.Getenv("HYBRIDLIMIT_FLEET_FULL") == "1" {
@@ -274,23 +293,12 @@ func runFleet(t *testing.T, cl *redistest.ClusterServers, prefix string, keys []
 	outs := make([]string, f.Processes)
 	for i := range cmds {
 		outs[i] = filepath.Join(dir, fmt.Sprintf("w%d.json", i))
-		cfg, err := json.Marshal(fleetConfig{
+		cmds[i] = startWorker(t, "TestFleetWorker", fleetEnv, fleetConfig{
 			Addrs: cl.Addrs(), Prefix: prefix, ID: fmt.Sprintf("w%d", i),
 			Policy: f.Policy, Mode: f.Mode, Budget: f.Budget, Interval: f.Interval,
 			Keys: keys, Zipf: 1.1, Rate: f.Rate, Workers: 4,
 			Start: start, Run: f.Run, Seed: uint64(i + 1), Out: outs[i],
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFleetWorker$", "-test.count=1", "-test.timeout=2m")
-		cmd.Env = append(os.Environ(), fleetEnv+"="+string(cfg))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
 	}
 	time.Sleep(time.Until(start.Add(f.FaultAt)))
 	fault()
@@ -471,13 +479,13 @@ func TestFleetFailover(t *testing.T) {
 	}
 	policies := []struct {
 		name   string
-		policy hlsync.FailurePolicy
+		policy hybridlimit.FailurePolicy
 		mode   hlsync.Mode
 		budget float64
 	}{
-		{"fallback", hlsync.FallbackLocal, hlsync.Reserve, 0},
-		{"closed", hlsync.FailClosed, hlsync.Reserve, 0},
-		{"optimistic", hlsync.FallbackLocal, hlsync.Optimistic, 0.2},
+		{"fallback", hybridlimit.FallbackLocal, hlsync.Reserve, 0},
+		{"closed", hybridlimit.FailClosed, hlsync.Reserve, 0},
+		{"optimistic", hybridlimit.FallbackLocal, hlsync.Optimistic, 0.2},
 	}
 	for _, fault := range faults {
 		for _, p := range policies {

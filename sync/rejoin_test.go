@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
@@ -90,13 +91,13 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 	srv := redistest.StandaloneServer(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := NewFakeClock()
+	clk := clock.New(time.Now())
 	cut := &cutHook{}
 	cb := srv.Client(t)
 	cb.AddHook(cut)
 	rdb := srv.Client(t)
-	a := handDriven(t, rdb, clk, prefix, "a", WithFailurePolicy(FailClosed))
-	b := handDriven(t, cb, clk, prefix, "b", WithFailurePolicy(FailClosed))
+	a := handDriven(t, rdb, clk, prefix, "a", WithFailurePolicy(hybridlimit.FailClosed))
+	b := handDriven(t, cb, clk, prefix, "b", WithFailurePolicy(hybridlimit.FailClosed))
 	const budget = 3000
 	limit := hybridlimit.Limit{Rate: budget, Period: hybridlimit.MaxRefill, Burst: budget} // frozen
 	var admitted int64
@@ -172,7 +173,7 @@ func TestHealthySplitKeyNotMovedBack(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := NewFakeClock()
+	clk := clock.New(time.Now())
 	a := handDriven(t, rdb, clk, prefix, "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
@@ -234,7 +235,7 @@ func TestUnaskedPartEvicted(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
-	clk := NewFakeClock()
+	clk := clock.New(time.Now())
 	a := handDriven(t, rdb, clk, redistest.Prefix(t), "a")
 	limit := hybridlimit.Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	split := layout{3, 1}
@@ -250,7 +251,7 @@ func TestUnaskedPartEvicted(t *testing.T) {
 	}
 	name := partName("hot", j, split)
 	for range 4 {
-		clk.Advance(a.pol.idleHold())
+		clk.Advance(a.pol.IdleHold())
 		if err := a.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}

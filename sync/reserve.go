@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // reserve is the Reserve mode: an instance takes allowance from the
@@ -21,30 +22,16 @@ func (reserve) lapse(*entry, int64) {}
 // counters first, so that no reply, lost or late, can let this instance
 // spend it.
 func (r reserve) compose(now time.Time, e *entry, m *message, final bool) bool {
-	h := r.l.view(e, m.limit, now)
-	h.held = max(h.held, 0)
-	// Closing: hand everything back and ask for nothing, not even for
-	// decisions that waited (they have given up or will get ErrClosed).
-	var want int64
-	if !final {
-		want = r.l.pol.want(h, e.waiting)
-	}
-	excess, more := r.l.pol.topUp(h, e.waiting, want)
-	e.take(excess)
-	if more > 0 {
-		m.wire.Value = e.issued + more
-		return true
-	}
-	m.wire.Value = e.issued
-	return m.wire.Value != e.acked || m.wire.Owed > 0 || e.unacked || !e.synced.Load() && e.waiting > 0
+	excess, more := r.l.pol.ReserveAsk(r.l.view(e, m.limit, now), e.waiting, final)
+	e.withdraw(excess)
+	m.wire.Value = e.issued + more
+	return more > 0 || account.ReserveSays(m.wire.Value, e.acked, m.wire.Owed, e.unacked, e.synced.Load(), e.waiting)
 }
 
-// settle gives e what Redis granted it beyond what it had heard of.
-func (r reserve) settle(_ time.Time, e *entry, m *message) int64 {
-	if granted := e.issued - r.l.debts.owed(e); m.reply.Total > granted {
-		// Never less: a message raises a ledger that lost tokens (a
-		// failover's lost writes, an expired ledger) to all it was told.
-		e.give(m.reply.Total - granted)
+// apply gives e what Redis granted it beyond what it had heard of.
+func (r reserve) apply(_ time.Time, e *entry, m *message) int64 {
+	if n := account.ReserveGrant(m.reply.Total, e.issued, r.l.debts.owed(e)); n > 0 {
+		e.give(n)
 	}
 	return m.reply.Remaining
 }
@@ -55,3 +42,6 @@ func (reserve) starved(*message) bool { return false }
 func (reserve) idle(e *entry) bool { return e.avail.Load() == 0 && e.issued == e.acked }
 
 func (reserve) fetches(*entry) bool { return true }
+
+// short: cost less the allowance held, which Redis granted already.
+func (reserve) short(e *entry, cost int64) int64 { return cost - max(e.avail.Load(), 0) }

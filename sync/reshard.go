@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,15 +15,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/sharding"
 )
-
-// layout is how a key is split: into shards parts, of generation gen.
-// Generation 0 is the configured layout (WithSplitKeys, else whole); each
-// reshard makes the next generation, under fresh key names, and leaves in
-// the buckets of the layout it replaces a marker naming the new one, which
-// is how every instance learns of it at its next message.
-type layout struct{ shards, gen int }
-
-func (at layout) marker() string { return "m" + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) }
 
 // AutoSplit configures WithAutoSplit.
 type AutoSplit struct {
@@ -51,7 +41,7 @@ func (l *Limiter) reshardHot(ctx context.Context) error {
 	errs := []error{l.closeLeftOpen(ctx)}
 	now := l.cfg.clock.Now()
 	live := float64(max(l.live.Load(), 1))
-	hot, window := l.heat.take(now, l.reshardEvery())
+	hot, window := l.heat.drain(now, l.reshardEvery())
 	if window <= 0 {
 		return errors.Join(errs...)
 	}
@@ -329,14 +319,6 @@ func (l *Limiter) bucketOf(key string, j int, at layout) string {
 	return b
 }
 
-// partOf is the limit of part j of s.
-func partOf(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
-	if s == 1 {
-		return limit
-	}
-	return sharding.Part(limit, j, s)
-}
-
 // spread divides tokens over s parts of limit in proportion to their
 // bursts, none above its burst.
 func spread(tokens int64, limit hybridlimit.Limit, s int) []int64 {
@@ -466,7 +448,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	next.acked = share // the base the new ledger starts from
 	next.issued += owed
 	l.debts.add(next, owed, since)
-	next.use.rate, next.use.usedAt = use.rate, use.usedAt
+	next.use.Rate, next.use.UsedAt = use.Rate, use.UsedAt
 	l.scatterUnlock(next)
 	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)
@@ -521,7 +503,7 @@ func (l *Limiter) retireAll(old []*entry, home *entry, t int64) (carried, owed, 
 			continue // evicted meanwhile by the sweep, which removes and counts it
 		}
 		carried += took
-		o, s := l.debts.take(e)
+		o, s := l.debts.remove(e)
 		if o > 0 {
 			owed += o
 			since = min(since, s)
@@ -588,7 +570,7 @@ func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	_, killed := e.retire()
 	issued := e.issued
 	if killed {
-		owed, since = l.debts.take(e)
+		owed, since = l.debts.remove(e)
 	}
 	l.scatterUnlock(e)
 	if !killed {
@@ -610,10 +592,35 @@ func (e *entry) retire() (took int64, killed bool) {
 		return 0, false
 	}
 	for {
-		took += e.take(e.avail.Load())
+		took += e.withdraw(e.avail.Load())
 		if e.evict() {
 			return took, true
 		}
 		runtime.Gosched() // a decision is putting back a cost it could not pay
 	}
+}
+
+// relocate makes the moves the round's replies call for (a part closed,
+// a layout out of touch, a move that waited for the round) and drops the
+// entries of keys reset meanwhile.
+func (r *round) relocate(now time.Time, moved []*message, reset []*entry) {
+	l := r.l
+	// In key order: a move numbers a new entry, so that a simulation in
+	// virtual time replays exactly.
+	slices.SortFunc(moved, func(a, b *message) int { return strings.Compare(a.e.owner, b.e.owner) })
+	for _, m := range moved {
+		// The part is closed: the key lives in the layout its marker names.
+		l.move(m.e.owner, layout{int(m.reply.Shards), int(m.reply.Generation)}, now)
+	}
+	for _, e := range reset {
+		// The key was reset (Limiter.Reset) since this entry's ledger was
+		// written: what it holds and owes is forgotten with it, and the
+		// next decision starts afresh.
+		l.drop(l.tableOf(e), e)
+	}
+	slices.Sort(r.rejoin)
+	for _, key := range slices.Compact(r.rejoin) {
+		l.moveBack(key, now)
+	}
+	l.movePending(now)
 }

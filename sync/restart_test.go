@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -26,7 +27,7 @@ func TestRestartBehindClockOptimistic(t *testing.T) {
 	limit := frozen(100)
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0"), hlsync.WithMode(hlsync.Optimistic)}
 
-	clk1 := hlsync.NewFakeClock()
+	clk1 := clock.New(time.Now())
 	first := clocked(t, rdb, clk1, opts...)
 	var admitted int64
 	for range 10 {
@@ -46,7 +47,7 @@ func TestRestartBehindClockOptimistic(t *testing.T) {
 	}
 
 	// The same pod restarts; its clock reads a minute behind.
-	clk2 := hlsync.NewFakeClock()
+	clk2 := clock.New(time.Now())
 	clk2.Advance(-time.Minute)
 	second := clocked(t, rdb, clk2, opts...)
 	for round := 0; round < 5; round++ {
@@ -85,7 +86,7 @@ func TestRestartBehindClockReserve(t *testing.T) {
 	ctx := context.Background()
 	limit := frozen(100)
 	opts := []hlsync.Option{hlsync.WithPrefix(p), hlsync.WithInstanceID("pod-0")}
-	clk1 := hlsync.NewFakeClock()
+	clk1 := clock.New(time.Now())
 	first := clocked(t, rdb, clk1, opts...)
 	for range 10 {
 		if r, err := first.Allow(ctx, "k", limit); err != nil || !r.Allowed {
@@ -95,7 +96,7 @@ func TestRestartBehindClockReserve(t *testing.T) {
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk2 := hlsync.NewFakeClock()
+	clk2 := clock.New(time.Now())
 	clk2.Advance(-time.Minute)
 	second := clocked(t, rdb, clk2, opts...)
 	var allowed int

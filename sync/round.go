@@ -2,12 +2,11 @@ package sync
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
+	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
 // message is what one round says to Redis about one entry, and the reply.
@@ -26,11 +25,12 @@ type message struct {
 // applying are separate steps so that a driver in virtual time can let
 // time pass between them.
 type round struct {
-	l     *Limiter
-	fetch bool   // run on demand for decisions out of allowance, not by the loop
-	gen   uint64 // the number of the round, if it took the flagged entries
-	err   error  // the error of its calls, once sent
-	msgs  []message
+	l      *Limiter
+	at     time.Time // when it was prepared
+	fetch  bool      // run on demand for decisions out of allowance, not by the loop
+	serial uint64    // the round's serial, if it took the flagged entries
+	err    error     // the error of its calls, once sent
+	msgs   []message
 	// rejoin holds the keys of entries that heard nothing from Redis for
 	// too long to trust their moved layout (see prepareEntry).
 	rejoin []string
@@ -44,12 +44,53 @@ func (l *Limiter) roundOf(ctx context.Context, entries []*entry, final bool) err
 	return err
 }
 
+// Messages returns the number of keys the round carries.
+func (r *round) Messages() int { return len(r.msgs) }
+
+// Send sends the round's script calls, bounded by the round timeout.
+func (r *round) Send(ctx context.Context) error {
+	l := r.l
+	if len(r.msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.roundTimeout)
+	defer cancel()
+	start := time.Now()
+	err := l.tr.send(ctx, r.msgs)
+	r.err = err
+	if r.fetch {
+		return err // counted in Stats.Fetches when it began
+	}
+	l.stats.rounds.Add(1)
+	l.stats.lastRound.Store(int64(time.Since(start)))
+	if err != nil {
+		l.stats.roundErrors.Add(1)
+	}
+	return err
+}
+
+// Finish applies the replies at the clock's time, and tells the decisions
+// waiting for the round.
+func (r *round) Finish() {
+	r.apply(r.l.cfg.clock.Now())
+	if r.serial > 0 {
+		r.l.finished.publish(r.serial, r.err)
+	}
+}
+
+// singleRound runs f unless a round is already running, in which case it
+// waits for that round and returns its error instead.
+func (l *Limiter) singleRound(f func() error) error {
+	_, err, _ := l.rounds.Do("round", func() (any, error) { return nil, f() })
+	return err
+}
+
 // prepare computes a message for each entry that has something to say,
 // marks them in flight, and returns the round.
 func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 	// Not sized for all the entries: most due in a steady round have
 	// nothing to say, and the slice would cost more than composing.
-	r := &round{l: l}
+	r := &round{l: l, at: now}
 	for _, e := range entries {
 		l.lockGather(e)
 		if m, ok := r.prepareEntry(now, e, final); ok {
@@ -104,7 +145,7 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 			// Nothing to say yet: look again when the allowance may run
 			// low. An entry that holds none waits for a decision to flag
 			// it instead.
-			l.sched.at(e, l.nanos(now.Add(l.pol.quiet(l.view(e, partLimit(e), now), seed(e)))))
+			l.sched.at(e, l.nanos(now.Add(l.pol.Quiet(l.view(e, partLimit(e), now), seed(e)))))
 		}
 		return message{}, false
 	}
@@ -118,28 +159,13 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 	return m, true
 }
 
-// outOfTouch reports whether e is in a moved layout of its key that has
-// heard nothing from Redis for half a marker's life. The key's home entry
-// speaks for the layout: a part asked rarely is not out of touch while
-// home syncs. The caller holds e.mu.
-func (l *Limiter) outOfTouch(e *entry, now time.Time) bool {
-	if e.gen == 0 {
-		return false
-	}
-	heard := e.heardAt.Load()
-	if h := l.table.get(e.owner); h != nil && h.layout() == e.layout() {
-		heard = max(heard, h.heardAt.Load())
-	}
-	return time.Duration(l.nanos(now)-heard) >= l.markerLife(*e.limit.Load())/2
-}
-
 // compose computes e's message: what is common to both modes (the limit,
 // the ledger total last heard, the debt), then the mode's part. The
 // caller holds e.mu.
 func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	limit := partLimit(e)
 	t := l.nanos(now)
-	e.use.observe(e.consumed(), t, l.cfg.interval)
+	e.use.Observe(e.consumed(), t, l.cfg.interval)
 	m := message{limit: limit, wire: scripts.SyncMsg{
 		Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst,
 		Base: e.acked, Budget: -1,
@@ -148,41 +174,31 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	// holds, as of when it was admitted; in Reserve mode on top of every
 	// grant this instance heard of (restated, should a failover have lost
 	// it).
-	if d := l.debts.get(e); d != nil && d.owed > 0 {
-		m.wire.Owed, m.wire.AgeUS = d.owed, time.Duration(t-d.since).Microseconds()
+	if d := l.debts.get(e); d != nil && d.Owed > 0 {
+		m.wire.Owed, m.wire.AgeUS = d.Owed, time.Duration(t-d.Since).Microseconds()
 	}
 	return m, l.mode.compose(now, e, &m, final)
 }
 
 // view returns what the lease policy knows of e under limit, its part's,
 // at now. The caller holds e.mu.
-func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) holding {
-	return holding{
-		limit:   limit,
-		shards:  int(e.shards),
-		live:    max(l.live.Load(), 1),
-		demand:  e.use.rate,
-		held:    e.avail.Load(),
-		left:    e.partLeft.Load(),
-		unused:  time.Duration(l.nanos(now) - e.use.usedAt),
-		serving: e.key == e.owner || l.homeDry(e.owner, now),
+func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) account.Holding {
+	return account.Holding{
+		Limit:   limit,
+		Key:     *e.limit.Load(),
+		Live:    max(l.live.Load(), 1),
+		Demand:  e.use.Rate,
+		Held:    e.avail.Load(),
+		Left:    e.partLeft.Load(),
+		Unused:  time.Duration(l.nanos(now) - e.use.UsedAt),
+		Serving: e.key == e.owner || l.turnedTo(e, now),
 	}
 }
 
-// lowLimit reports whether e's part under limit is decided per request
-// (policy.isLowLimit). It reads nothing e.mu guards.
-func (l *Limiter) lowLimit(e *entry, limit hybridlimit.Limit) bool {
-	return l.pol.isLowLimit(limit, int(e.shards), l.live.Load())
-}
-
-// homeDry reports whether the home part of split key is empty by Redis's
-// last word. A split key's parts other than home serve only while home is
-// dry: then they lease as home would, else they fetch only what waits, so
-// a split key costs each instance the messages of one part at a time, not
-// of all.
-func (l *Limiter) homeDry(key string, now time.Time) bool {
-	h := l.table.get(key)
-	return h != nil && h.denyUntil.Load() > l.nanos(now)
+// lowLimit reports whether e's key, split or whole, is decided per request
+// (account.Policy.IsLowLimit). It reads nothing e.mu guards.
+func (l *Limiter) lowLimit(e *entry) bool {
+	return l.pol.IsLowLimit(*e.limit.Load(), l.live.Load())
 }
 
 // seed returns what jitters e's next sync: deterministic, and different
@@ -200,12 +216,7 @@ func (l *Limiter) ledgerTTLDuration() time.Duration { return max(time.Minute, 20
 func (r *round) apply(now time.Time) {
 	l := r.l
 	r.renumber()
-	for i := range r.msgs {
-		if r.msgs[i].ok {
-			l.stats.lastSuccess.Store(l.nanos(now) + 1) // 0 means never
-			break
-		}
-	}
+	l.stats.answered(r, l.nanos(now))
 	var moved []*message
 	var reset []*entry
 	for i := range r.msgs {
@@ -251,31 +262,6 @@ func (r *round) renumber() {
 	}
 }
 
-// relocate makes the moves the round's replies call for (a part closed,
-// a layout out of touch, a move that waited for the round) and drops the
-// entries of keys reset meanwhile.
-func (r *round) relocate(now time.Time, moved []*message, reset []*entry) {
-	l := r.l
-	// In key order: a move numbers a new entry, so that a simulation in
-	// virtual time replays exactly.
-	slices.SortFunc(moved, func(a, b *message) int { return strings.Compare(a.e.owner, b.e.owner) })
-	for _, m := range moved {
-		// The part is closed: the key lives in the layout its marker names.
-		l.move(m.e.owner, layout{int(m.reply.Shards), int(m.reply.Generation)}, now)
-	}
-	for _, e := range reset {
-		// The key was reset (Limiter.Reset) since this entry's ledger was
-		// written: what it holds and owes is forgotten with it, and the
-		// next decision starts afresh.
-		l.drop(l.tableOf(e), e)
-	}
-	slices.Sort(r.rejoin)
-	for _, key := range slices.Compact(r.rejoin) {
-		l.moveBack(key, now)
-	}
-	l.movePending(now)
-}
-
 // seqPast raises the next sequence number above seq.
 func (l *Limiter) seqPast(seq int64) {
 	for {
@@ -294,7 +280,7 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	// Taken, or reported; a closed part took nothing, and the move
 	// carries it.
 	l.debts.answered(e, m, !m.reply.Moved(), e.sentAt)
-	left := l.mode.settle(now, e, m)
+	left := l.mode.apply(now, e, m)
 	e.partLeft.Store(left)
 	if e.shards > 1 {
 		l.sumParts(e)
@@ -302,7 +288,7 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		e.remaining.Store(left)
 	}
 	e.resetAfter.Store(int64(time.Duration(m.reply.ResetUS) * time.Microsecond))
-	e.nextSync = l.nanos(now) + int64(l.pol.next(l.view(e, m.limit, now), seed(e)))
+	e.nextSync = l.nanos(now) + int64(l.pol.Next(l.view(e, m.limit, now), seed(e)))
 	switch {
 	case m.reply.RetryUS > 0:
 		e.denyUntil.Store(l.emptyUntil(now, e, m))
@@ -317,23 +303,9 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 }
 
 // emptyUntil returns until when e denies locally after Redis said its
-// bucket is empty: until a token is due, or, for a limit that is leased
-// out, until the key's next round asks for what refilled meanwhile, since
-// every instance polling an empty bucket would cost a fetch per token.
-// The caller holds e.mu and has set e.nextSync.
+// bucket is empty (account.EmptyUntil). The caller holds e.mu and has set
+// e.nextSync.
 func (l *Limiter) emptyUntil(now time.Time, e *entry, m *message) int64 {
-	until := l.nanos(now) + int64(time.Duration(m.reply.RetryUS)*time.Microsecond)
-	if !l.lowLimit(e, m.limit) {
-		until = max(until, e.nextSync)
-	}
-	if e.gen > 0 {
-		// A part of a layout a reshard made is empty from its opening
-		// until the mover credits it what the old parts held, a round trip
-		// later, and the old parts' markers send instances to it
-		// meanwhile: an "empty" heard then may be stale, so it holds for
-		// an interval at most (with a slow refill it would otherwise
-		// strand the credit for as long as a token takes).
-		until = min(until, max(e.nextSync, l.nanos(now)+int64(l.cfg.interval)))
-	}
-	return until
+	retry := int64(time.Duration(m.reply.RetryUS) * time.Microsecond)
+	return account.EmptyUntil(l.nanos(now), retry, e.nextSync, !l.lowLimit(e), e.gen > 0, l.cfg.interval)
 }

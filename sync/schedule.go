@@ -34,9 +34,9 @@ func (s *schedule) at(e *entry, t int64) {
 	s.mu.Unlock()
 }
 
-// take appends to due the entries scheduled for the ticks up to the one
+// pop appends to due the entries scheduled for the ticks up to the one
 // that holds t, and unschedules them.
-func (s *schedule) take(t int64, due []*entry) []*entry {
+func (s *schedule) pop(t int64, due []*entry) []*entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last := t / s.tick

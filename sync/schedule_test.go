@@ -5,12 +5,12 @@ import (
 	"testing"
 )
 
-// TestScheduleTakesEachEntryOnceAtItsTick drives the wheel by hand: an
+// TestSchedulePopsEachEntryOnceAtItsTick drives the wheel by hand: an
 // entry comes out at the tick that holds its time and not before, once
 // however often it was rescheduled, at its latest time; a time in the past
 // means the next tick; after a pause longer than the wheel every entry
 // comes out; a time beyond the wheel waits in its last slot.
-func TestScheduleTakesEachEntryOnceAtItsTick(t *testing.T) {
+func TestSchedulePopsEachEntryOnceAtItsTick(t *testing.T) {
 	const tick = 10
 	s := schedule{tick: tick}
 	mk := func(name string) *entry { return &entry{key: name, due: -1} }
@@ -28,17 +28,17 @@ func TestScheduleTakesEachEntryOnceAtItsTick(t *testing.T) {
 	s.at(c, 25)  // tick 2, then moved
 	s.at(c, 45)  // tick 4
 	s.at(d, -70) // in the past: tick 0
-	if got := names(s.take(9, nil)); !slices.Equal(got, []string{"a", "d"}) {
+	if got := names(s.pop(9, nil)); !slices.Equal(got, []string{"a", "d"}) {
 		t.Errorf("take at 9 = %v, want [a d]", got)
 	}
-	if got := s.take(19, nil); len(got) != 0 {
+	if got := s.pop(19, nil); len(got) != 0 {
 		t.Errorf("take at 19 = %v, want nothing", names(got))
 	}
 	s.at(a, 0) // the past again: the next tick not taken, 2
-	if got := names(s.take(29, nil)); !slices.Equal(got, []string{"a", "b"}) {
+	if got := names(s.pop(29, nil)); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("take at 29 = %v, want [a b]", got)
 	}
-	if got := names(s.take(49, nil)); !slices.Equal(got, []string{"c"}) {
+	if got := names(s.pop(49, nil)); !slices.Equal(got, []string{"c"}) {
 		t.Errorf("take at 49 = %v, want [c] once", got)
 	}
 	if a.due != -1 || c.due != -1 {
@@ -55,14 +55,14 @@ func TestScheduleTakesEachEntryOnceAtItsTick(t *testing.T) {
 	// from the present.
 	e := mk("e")
 	s.at(e, 60)
-	if got := names(s.take(100_000, []*entry{mk("flagged")})); !slices.Equal(got, []string{"e", "far", "flagged"}) {
+	if got := names(s.pop(100_000, []*entry{mk("flagged")})); !slices.Equal(got, []string{"e", "far", "flagged"}) {
 		t.Errorf("take after a pause = %v, want [e far flagged]", got)
 	}
 	if s.next != 100_000/tick+1 {
 		t.Errorf("next tick after the pause = %d, want %d", s.next, 100_000/tick+1)
 	}
 	s.at(e, 100_005)
-	if got := names(s.take(100_019, nil)); !slices.Equal(got, []string{"e"}) {
+	if got := names(s.pop(100_019, nil)); !slices.Equal(got, []string{"e"}) {
 		t.Errorf("take after the pause = %v, want [e]", got)
 	}
 }

@@ -70,7 +70,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			var ls []*hlsync.Limiter
 			for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
 				l, err := hlsync.New(newClient(), hlsync.WithPrefix(p), hlsync.WithMode(mode),
-					hlsync.WithSyncInterval(20*time.Millisecond, 0.1), hlsync.WithFailurePolicy(hlsync.FailClosed),
+					hlsync.WithSyncInterval(20*time.Millisecond, 0.1), hlsync.WithFailurePolicy(hybridlimit.FailClosed),
 					// A slow moment of a loaded test machine is not the
 					// fault under test.
 					hlsync.WithRoundTimeout(time.Second), hlsync.WithMaxWait(time.Second),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	"github.com/hybridlimit/hybridlimit/sharding"
@@ -67,7 +68,7 @@ func TestShardedReserveExact(t *testing.T) {
 	// policy, which other tests cover; this one is about the parts'
 	// accounting.
 	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(100*time.Millisecond, 0.1),
-		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hlsync.FailClosed), split(3))
+		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hybridlimit.FailClosed), split(3))
 	admitted, err := hammer(ls, 8, "hot", limit, burst, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +260,7 @@ func TestAutoSplitMovesEveryToken(t *testing.T) {
 	// A round timeout well above the interval, and failing closed, as in
 	// TestShardedReserveExact.
 	ls := newLimiters(t, 4, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hlsync.FailClosed), auto)
+		hlsync.WithRoundTimeout(2*time.Second), hlsync.WithFailurePolicy(hybridlimit.FailClosed), auto)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
@@ -395,7 +396,7 @@ func sumArr(v []int64) (s int64) {
 func TestSplitKeyMarkersRenewed(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
@@ -446,7 +447,7 @@ func TestReshardInterruptedNeverOverAdmits(t *testing.T) {
 	ca, cb := srv.Client(t), srv.Client(t)
 	ca.AddHook(failOp("credit"))
 	prefix := redistest.Prefix(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
 	a, err := hlsync.New(ca, hlsync.WithPrefix(prefix), hlsync.WithClock(clk), hlsync.WithInstanceID("a"),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
@@ -537,7 +538,7 @@ func TestFollowerReachesCreditedParts(t *testing.T) {
 		})
 		return nil
 	}})
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	a := clocked(t, ca, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID("a"),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithRoundTimeout(5*time.Second), auto)
 	for i := 0; ; i++ {
@@ -583,7 +584,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
@@ -608,7 +609,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 	// up: a lease stretched while the bucket has room lasts many rounds,
 	// and the key is looked at again within maxQuiet intervals.
 	admit(l.Stats().Outstanding)
-	var r *hlsync.Round
+	var r hlsync.Round
 	for i := 0; ; i++ {
 		clk.Advance(100 * time.Millisecond)
 		if r = l.BeginRound(); r.Messages() == 1 {
@@ -658,7 +659,7 @@ func TestReshardWhileRoundInFlight(t *testing.T) {
 func TestMergedKeyStaysMerged(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Second})
 	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
 	ctx := context.Background()
@@ -697,7 +698,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	a, b := resharder(t, rdb, clk, prefix, "a"), resharder(t, rdb, clk, prefix, "b")
 	ctx := context.Background()
 	const budget = 3000
@@ -749,7 +750,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 // on clk, a round every 100ms without jitter, splitting a key up to 3 ways
 // when it is hot, and without the low-limit rule, so that a frozen key
 // leases ahead and a round tops it up without a decision waiting for it.
-func resharder(t *testing.T, rdb hybridlimit.Redis, clk *hlsync.FakeClock, prefix, id string) *hlsync.Limiter {
+func resharder(t *testing.T, rdb hybridlimit.Redis, clk *clock.Virtual, prefix, id string) *hlsync.Limiter {
 	t.Helper()
 	return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
 		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0),
@@ -787,7 +788,7 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	l := resharder(t, rdb, clk, prefix, "a")
 	ctx := context.Background()
 	const budget = 3000
@@ -828,7 +829,7 @@ func TestSplitLeaseReturnsToAllParts(t *testing.T) {
 
 // stepper returns a function that moves clk by d and runs l's round and
 // automatic sharding, as the loop would.
-func stepper(t *testing.T, l *hlsync.Limiter, clk *hlsync.FakeClock) func(d time.Duration) {
+func stepper(t *testing.T, l *hlsync.Limiter, clk *clock.Virtual) func(d time.Duration) {
 	return func(d time.Duration) {
 		t.Helper()
 		clk.Advance(d)
@@ -868,7 +869,7 @@ func TestStaleMergeLeavesMergedBucket(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
-	clk := hlsync.NewFakeClock()
+	clk := clock.New(time.Now())
 	ctx := context.Background()
 	mk := func(id string, hold time.Duration) *hlsync.Limiter {
 		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),

@@ -72,6 +72,6 @@ func TestFallbackShareValid(t *testing.T) {
 	}
 	r := l.degraded(nil, l.cfg.clock.Now(), "k", limit, 1)
 	if !r.Allowed {
-		t.Errorf("FallbackLocal, first decision on a fresh key: %+v; want allowed from its share", r)
+		t.Errorf("hybridlimit.FallbackLocal, first decision on a fresh key: %+v; want allowed from its share", r)
 	}
 }

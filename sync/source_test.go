@@ -82,7 +82,7 @@ func TestSourceRedisGone(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	const interval = 50 * time.Millisecond
 	l, err := hlsync.New(rdb, hlsync.WithSyncInterval(interval, 0), hlsync.WithMaxWait(20*time.Millisecond),
-		hlsync.WithRoundTimeout(5*time.Second), hlsync.WithFailurePolicy(hlsync.FailOpen))
+		hlsync.WithRoundTimeout(5*time.Second), hlsync.WithFailurePolicy(hybridlimit.FailOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestSourceRedisGone(t *testing.T) {
 		t.Errorf("first decision with Redis gone = %+v, want fail-open's admission", r)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for !l.Stats().BreakerOpen || l.Stats().Errors[hlsync.ErrorConnection] == 0 {
+	for !l.Stats().BreakerOpen || l.Stats().Errors[hybridlimit.ErrorConnection] == 0 {
 		if r := decide(t, l, "k", limit, 20*time.Millisecond); r.Source != hybridlimit.SourceFallback || !r.Allowed {
 			t.Fatalf("decision with Redis gone = %+v, want fail-open's admission", r)
 		}
@@ -106,8 +106,8 @@ func TestSourceRedisGone(t *testing.T) {
 	}
 	s := l.Stats()
 	for c, n := range s.Errors {
-		if hlsync.ErrorClass(c) != hlsync.ErrorConnection && n != 0 {
-			t.Errorf("Errors[%v] = %d, want 0 with Redis gone", hlsync.ErrorClass(c), n)
+		if hybridlimit.ErrorClass(c) != hybridlimit.ErrorConnection && n != 0 {
+			t.Errorf("Errors[%v] = %d, want 0 with Redis gone", hybridlimit.ErrorClass(c), n)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func TestStaleLayoutRejoins(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	clk := NewFakeClock()
+	clk := clock.New(time.Now())
 	a, b := handDriven(t, rdb, clk, prefix, "a"), handDriven(t, rdb, clk, prefix, "b")
 	const budget = 3000
 	limit := hybridlimit.Limit{Rate: budget, Period: time.Hour, Burst: budget} // about a token a second refills

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/histogram"
 	"github.com/puzpuzpuz/xsync/v4"
 )
 
@@ -19,9 +21,10 @@ type counters struct {
 	refunded                                                   atomic.Uint64 // tokens given back by Refund
 	dropped                                                    atomic.Uint64 // tokens held under a burst since lowered, spent by no one
 	admitted                                                   highWater     // the largest Stats.Admitted reported
-	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, of the last round Redis answered
-	errors                                                     [NumErrorClasses]atomic.Uint64
-	roundDuration, roundMessages                               histogram
+	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, plus 1, of the last round Redis answered; 0 if none
+	unanswered                                                 atomic.Int64  // the same of when the first round Redis did not answer since was prepared; 0 if none
+	errors                                                     [hybridlimit.NumErrorClasses]atomic.Uint64
+	roundDuration, roundMessages                               histogram.Recorder
 
 	// deniedRemote and deniedLocal count every denial, and a key at its
 	// limit is denied on every core at once: striped, the counters keep
@@ -50,8 +53,8 @@ func (h *highWater) raise(x uint64) uint64 {
 // start, by the wall clock. Round.Send and roundOf call it through exec, so
 // it sees periodic, fetch and final rounds alike.
 func (c *counters) observeRound(start time.Time, msgs int) {
-	c.roundDuration.observe(&roundDuration, int64(time.Since(start)))
-	c.roundMessages.observe(&roundMessages, int64(msgs))
+	c.roundDuration.Observe(&roundDuration, int64(time.Since(start)))
+	c.roundMessages.Observe(&roundMessages, int64(msgs))
 }
 
 // countError counts one failed call to Redis by its class.
@@ -98,15 +101,21 @@ type Stats struct {
 	Admitted, Refunded, Dropped uint64
 	Outstanding                 int64
 
-	SinceSync time.Duration // since Redis last answered a round (0 before the first)
-	LastRound time.Duration // how long the last background round took
+	SinceSync time.Duration // since Redis last answered a round (0 before the first); grows on an instance with nothing to sync
+	// Unanswered is how long Redis has left unanswered the rounds that
+	// needed it: since the first round after the last answered one, while
+	// no round since has had an answer; 0 while Redis answers, and on an
+	// instance with nothing to sync, however long it has been idle.
+	Unanswered time.Duration
+	LastRound  time.Duration // how long the last background round took
 
 	// Every round that sent a message (the loop's, fetches, Close's): its
 	// wall-clock seconds (buckets 0.5ms to 2.5s) and its messages (powers
 	// of 4 up to 65536).
-	RoundDuration, RoundMessages Histogram
-	// Failed Redis calls (sync scripts, presence, probes) by ErrorClass.
-	Errors [NumErrorClasses]uint64
+	RoundDuration, RoundMessages hybridlimit.Histogram
+	// Failed Redis calls (sync scripts, presence, probes) by class: the
+	// classes of hybridlimit.RedisErrorClasses.
+	Errors [hybridlimit.NumErrorClasses]uint64
 }
 
 // NodeStats is one Redis master's breaker: the node's address ("redis" for
@@ -115,6 +124,23 @@ type NodeStats struct {
 	Addr        string
 	BreakerOpen bool
 	OpenFor     time.Duration
+}
+
+// answered notes how Redis answered round r, applied at now (ns since
+// the limiter's base): a round with a message answered is Redis answering;
+// a round with none answered starts the unanswered time, unless one
+// before it did; a round with no message says nothing.
+func (c *counters) answered(r *round, now int64) {
+	for i := range r.msgs {
+		if r.msgs[i].ok {
+			c.lastSuccess.Store(now + 1)
+			c.unanswered.Store(0)
+			return
+		}
+	}
+	if len(r.msgs) > 0 {
+		c.unanswered.CompareAndSwap(0, r.l.nanos(r.at)+1)
+	}
 }
 
 // Stats returns a snapshot of the counters.
@@ -126,20 +152,25 @@ func (l *Limiter) Stats() Stats {
 	if last := c.lastSuccess.Load(); last != 0 {
 		since = time.Duration(l.nanos(now) - (last - 1))
 	}
-	var errs [NumErrorClasses]uint64
+	var unanswered time.Duration
+	if first := c.unanswered.Load(); first != 0 {
+		unanswered = max(time.Duration(l.nanos(now)-(first-1)), 0)
+	}
+	var errs [hybridlimit.NumErrorClasses]uint64
 	for i := range errs {
 		errs[i] = c.errors[i].Load()
 	}
 	nodes, openFor, anyOpen := l.nodeStats(now)
 	return Stats{
-		RoundDuration:   c.roundDuration.snapshot(&roundDuration),
-		RoundMessages:   c.roundMessages.snapshot(&roundMessages),
+		RoundDuration:   c.roundDuration.Snapshot(&roundDuration),
+		RoundMessages:   c.roundMessages.Snapshot(&roundMessages),
 		Errors:          errs,
 		Admitted:        admitted,
 		Refunded:        c.refunded.Load(),
 		Dropped:         c.dropped.Load(),
 		Outstanding:     outstanding,
 		SinceSync:       since,
+		Unanswered:      unanswered,
 		BreakerOpenFor:  openFor,
 		Keys:            l.tracked.Load(),
 		LiveInstances:   l.live.Load(),

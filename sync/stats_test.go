@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -53,7 +54,7 @@ func TestRoundHistograms(t *testing.T) {
 	if i := slices.Index(d.Bounds, 1); i < 0 || d.Buckets[i] != 4 {
 		t.Errorf("RoundDuration = %+v, want all 4 rounds under 1s", d)
 	}
-	if s.Errors != [hlsync.NumErrorClasses]uint64{} {
+	if s.Errors != [hybridlimit.NumErrorClasses]uint64{} {
 		t.Errorf("Errors = %v, want none", s.Errors)
 	}
 }
@@ -93,8 +94,8 @@ func TestErrorsByClass(t *testing.T) {
 		t.Errorf("Allow with its fetch failing = %+v, %v; want the failure policy's decision", r, err)
 	}
 	s := l.Stats()
-	want := [hlsync.NumErrorClasses]uint64{}
-	want[hlsync.ErrorReply] = 1 + s.Fetches // the presence call, and the one script call of each fetch
+	want := [hybridlimit.NumErrorClasses]uint64{}
+	want[hybridlimit.ErrorReply] = 1 + s.Fetches // the presence call, and the one script call of each fetch
 	if s.Fetches == 0 || s.Errors != want {
 		t.Errorf("Errors = %v after %d fetches, want %v", s.Errors, s.Fetches, want)
 	}
@@ -115,7 +116,7 @@ func TestAdmittedNeverGoesDown(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
 	for range 5 {
-		clk := hlsync.NewFakeClock()
+		clk := clock.New(time.Now())
 		// A round of 3,000 keys, racing a goroutine that reads Stats
 		// without a pause, under -race on two loaded cores, can outlast
 		// the default round timeout; the test is about Stats, not speed.

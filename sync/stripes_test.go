@@ -63,9 +63,9 @@ func TestStripesKeepEveryToken(t *testing.T) {
 		case 0:
 			e.give(50)
 		case 1:
-			e.take(held / 2)
+			e.withdraw(held / 2)
 		default:
-			e.settle(func(int64) int64 { return held + 7 })
+			e.setAllowance(func(int64) int64 { return held + 7 })
 		}
 		l.scatterUnlock(e)
 	}

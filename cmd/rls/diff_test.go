@@ -24,7 +24,7 @@ var reference build
 // referenceBinary builds Envoy's reference rate limit service from the
 // module in rls/reference, once for the test binary.
 func referenceBinary(t *testing.T) string {
-	return reference.get(t, "reference", filepath.Join("..", "..", "rls", "reference"), "github.com/envoyproxy/ratelimit/src/service_cmd")
+	return reference.get(t, "reference", filepath.Join("..", "..", "rls", "reference"), "github.com/envoyproxy/ratelimit/src/service_cmd", nil)
 }
 
 // TestDifferential runs the reference and this service in fixed-window

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -425,6 +426,15 @@ func TestRedisStopped(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy,
 				"HYBRIDLIMIT_MAX_WAIT", "10ms")
 			p := start(t, rlsBinary(t), e)
+			// The first call dials Redis, which under -race on a loaded
+			// machine can outlast 10ms: calls of another key open the
+			// connection, until one is Redis's answer, not the policy's,
+			// before the calls that check Redis's answers.
+			waitFor(t, "Redis to answer within 10ms", func() bool {
+				before := p.metric("hybridlimit_rls_failure_policy_decisions")
+				_, err := p.call(request("basic", 0, entries("key1", "warm")))
+				return err == nil && p.metric("hybridlimit_rls_failure_policy_decisions") == before
+			})
 			// A limit of 20 an hour (a token every 3 minutes, so none
 			// refills during the test), 5 spent while Redis answers.
 			paid := request("basic", 0, entries("key1", "paid"))
@@ -494,7 +504,11 @@ func TestRedisStopped(t *testing.T) {
 					t.Fatalf("owed %v with Redis stopped, want the 105 the share admitted", owed)
 				}
 				waitFor(t, "Redis to take what the share admitted", func() bool { return p.metric("hybridlimit_sync_owed_cost") == 0 })
-				q := start(t, rlsBinary(t), e)
+				// Another replica checks Redis's answer, so it waits for
+				// Redis as long as the sequence tests do.
+				qe := maps.Clone(e)
+				qe["HYBRIDLIMIT_MAX_WAIT"] = "2s"
+				q := start(t, rlsBinary(t), qe)
 				if r := q.mustCall(paid); r.Statuses[0].LimitRemaining != 9 {
 					t.Fatalf("another replica after Redis came back: %v, want 9 remaining (20 less 5 admitted by Redis, 5 by the share, 1 now)", r)
 				}

@@ -49,8 +49,9 @@ type build struct {
 	err  error
 }
 
-// get builds pkg, from the module in dir, into binDir/name on first use.
-func (b *build) get(t *testing.T, name, dir, pkg string) string {
+// get builds pkg, from the module in dir, into binDir/name on first use,
+// with the extra environment env and build flags.
+func (b *build) get(t *testing.T, name, dir, pkg string, env []string, flags ...string) string {
 	t.Helper()
 	b.once.Do(func() {
 		b.path = filepath.Join(binDir, name)
@@ -59,8 +60,9 @@ func (b *build) get(t *testing.T, name, dir, pkg string) string {
 			b.err = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", b.path, pkg)
+		cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", b.path, pkg)...)
 		cmd.Dir = abs
+		cmd.Env = append(os.Environ(), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
@@ -71,10 +73,24 @@ func (b *build) get(t *testing.T, name, dir, pkg string) string {
 	return b.path
 }
 
-var ours build
+var ours, static build
 
-// rlsBinary builds cmd/rls once for the test binary.
-func rlsBinary(t *testing.T) string { return ours.get(t, "rls", ".", ".") }
+// rlsBinary builds cmd/rls once for the test binary, with the race
+// detector when the test binary has it: the service's races fail its
+// tests too, and the build reuses the packages the test binary was built
+// from, where any other flags would compile the service's whole tree again.
+func rlsBinary(t *testing.T) string {
+	if raceBuild {
+		return ours.get(t, "rls", ".", ".", nil, "-race")
+	}
+	return ours.get(t, "rls", ".", ".", nil)
+}
+
+// staticBinary builds cmd/rls once for the test binary as the container
+// image ships it: static (CGO_ENABLED=0), without the race detector.
+func staticBinary(t *testing.T) string {
+	return static.get(t, "rls-static", ".", ".", []string{"CGO_ENABLED=0"}, "-trimpath")
+}
 
 // proc is a rate limit service running as a subprocess: ours or the
 // reference.
@@ -130,6 +146,13 @@ func start(t *testing.T, bin string, env map[string]string, args ...string) *pro
 // launch starts bin as start does, without waiting for it to serve.
 func launch(t *testing.T, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
+	return launchIn(t, "", 0, bin, env, args...)
+}
+
+// launchIn starts bin as launch does, chrooted into root as user uid when
+// root is not "" (bin is then a path in root).
+func launchIn(t *testing.T, root string, uid uint32, bin string, env map[string]string, args ...string) *proc {
+	t.Helper()
 	ports := [3]int{freePort(t), freePort(t), freePort(t)}
 	base := map[string]string{
 		"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
@@ -154,6 +177,11 @@ func launch(t *testing.T, bin string, env map[string]string, args ...string) *pr
 	p.cmd.Env = environ
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if root != "" {
+		p.cmd.Dir = "/"
+		p.cmd.SysProcAttr.Chroot = root
+		p.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: uid}
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +213,7 @@ func (p *proc) waitServing() {
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before serving:\n%s", p.cmd.Path, p.out.String())
+			t.Fatalf("%s exited before serving (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {

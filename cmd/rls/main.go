@@ -7,18 +7,27 @@
 //
 //	rls                  # configured by the environment, as the reference is
 //	rls -embedded-redis  # with an in-process Redis, to try it alone
+//	rls -check DIR       # check the rules files under DIR, for CI pipelines
 //
 // -embedded-redis (or HYBRIDLIMIT_EMBEDDED_REDIS=true) starts an in-memory
 // Redis inside the process. It is never chosen on its own: replicas each
 // on a Redis of their own would share no limit.
+//
+// -check loads every rules file under DIR (as the service reads its runtime
+// directory, with MERGE_DOMAIN_CONFIG's meaning under -merge_domain_configs)
+// and exits 0 if they load, 1 with the error naming the file and line if
+// not, printing what it reads as the reference's config checker does. It
+// needs no Redis.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/alicebob/miniredis/v2"
@@ -33,8 +42,13 @@ func main() {
 func run(args []string) int {
 	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
 	embedded := fs.Bool("embedded-redis", false, "serve from an in-memory Redis inside this process (a trial: limits are not shared and not kept)")
+	checkDir := fs.String("check", "", "check the rules files under this directory and exit: 0 if they load, 1 if not")
+	merge := fs.Bool("merge_domain_configs", false, "with -check: let several files define one domain, as MERGE_DOMAIN_CONFIG=true does")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *checkDir != "" {
+		return check(os.Stdout, *checkDir, *merge)
 	}
 	set, err := rls.FromEnv(os.LookupEnv, os.Environ())
 	if err != nil {
@@ -78,5 +92,26 @@ func run(args []string) int {
 		log.Error("rls: stopped", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// check loads the rules files under dir and reports on w.
+func check(w io.Writer, dir string, merge bool) int {
+	fmt.Fprintln(w, "checking rate limit configs...")
+	fmt.Fprintln(w, "loading config directory:", dir)
+	files, err := rls.Runtime{Root: dir, Dir: dir}.Read()
+	if err != nil {
+		fmt.Fprintf(w, "error opening directory %s: %v\n", dir, err)
+		return 1
+	}
+	for i := range files {
+		files[i].Name = filepath.Join(dir, files[i].Name) // errors name the path
+		fmt.Fprintln(w, "opening config file:", files[i].Name)
+	}
+	if _, err := rls.LoadConfig(files, merge); err != nil {
+		fmt.Fprintln(w, "error loading rate limit configs:", err)
+		return 1
+	}
+	fmt.Fprintln(w, "all rate limit configs ok")
 	return 0
 }

@@ -99,7 +99,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
 		quiet      = fs.Bool("q", false, "report no progress on stderr (by default each run is reported as it ends)")
-		diag       = fs.Bool("diag", false, "print each run's limiter counters and worst keys on stderr")
+		diag       = fs.Bool("diag", false, "print each run's limiter counters, worst keys and load on each Redis node on stderr, and what splitting hot keys did to the nodes")
 		standalone = fs.Bool("standalone", false, "virtual: model one Redis server, not a cluster (one script call a round)")
 		linger     = fs.Duration("linger", 0, "hybrid: how long a decision out of allowance waits for others before their keys go to Redis together (sync.Tuning.FetchLinger)")
 		scales     = fs.String("scale", "", "virtual: comma list of factors, such as 1,10,100, by which to multiply the request rate and every key's limit: one table of cost against traffic, as a cluster and on one server (default strategies exact,reserve at 200ms; exact at the first scale only)")
@@ -248,7 +248,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sim: %d runs of %s; each is reported as it ends\n", runCount(o.cfg), title)
 		}
 	}
-	o.cfg.Detail = o.diag && !o.live
+	o.cfg.Detail = o.diag
 	if o.cpuprof != "" {
 		stop, err := startProfile(o.cpuprof)
 		if err != nil {

@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(grpcAd
 			Exempt: grpclimit.Methods("/grpc.health.v1.Health/Watch")},
 		// Every API key: 100 a minute, exact; if Redis is down, refuse.
 		{Name: "per-key", Limiter: exact, Limit: hybridlimit.PerMinute(100), Key: grpclimit.MetadataDigest("x-api-key"),
-			OnError: grpclimit.FailClosed},
+			OnError: hybridlimit.FailClosed},
 	}, grpclimit.WithLogger(log))
 	if err != nil {
 		return err

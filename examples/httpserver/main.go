@@ -43,8 +43,10 @@ import (
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/httplimit"
+	"github.com/hybridlimit/hybridlimit/httplimit/config"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/metrics"
+	"github.com/hybridlimit/hybridlimit/rules"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -67,6 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	redisAddr := fs.String("redis", "", "Redis address, such as 127.0.0.1:6379")
 	embedded := fs.Bool("miniredis", false, "use an embedded miniredis instead of -redis (a demo: its keys never expire)")
 	configPath := fs.String("config", "", "rules file (.json, .yaml or .yml); default: the rules built in main.go")
+	maxWait := fs.Duration("max-wait", 100*time.Millisecond, "how long a hybrid decision out of allowance waits for Redis before the failure policy decides (0: never)")
 	trusted := fs.String("trust", "", "comma-separated CIDR prefixes of trusted proxies, whose X-Forwarded-For is believed (built-in rules; a rules file says client_ip)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
 
-	hybrid, err := hlsync.New(rdb, hlsync.WithLogger(log))
+	hybrid, err := hlsync.New(rdb, hlsync.WithLogger(log), hlsync.WithMaxWait(*maxWait))
 	if err != nil {
 		return err
 	}
@@ -118,15 +121,15 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	if err != nil {
 		return err
 	}
-	inProcess, err := httplimit.NewLocal(tbl)
+	inProcess, err := rules.NewLocal(tbl)
 	if err != nil {
 		return err
 	}
-	env := httplimit.Env{Hybrid: hybrid, Redis: rdb, Local: inProcess}
+	env := config.Env{Hybrid: hybrid, Redis: rdb, Local: inProcess}
 	opts := []httplimit.Option{httplimit.WithLogger(log), httplimit.WithOnLimited(throttled(log))}
 	var mw *httplimit.Middleware
 	if *configPath != "" {
-		cfg, err := httplimit.LoadConfigFile(*configPath)
+		cfg, err := config.LoadFile(*configPath)
 		if err != nil {
 			return err
 		}
@@ -179,7 +182,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 
 // builtinRules shows the Go API: three rules, evaluated in this order,
 // each asked only if the ones before it admitted the request.
-func builtinRules(hybrid *hlsync.Limiter, rdb redis.UniversalClient, inProcess *httplimit.Local, clientIP *httplimit.ClientIP, opts []httplimit.Option) (*httplimit.Middleware, error) {
+func builtinRules(hybrid *hlsync.Limiter, rdb redis.UniversalClient, inProcess *rules.Local, clientIP *httplimit.ClientIP, opts []httplimit.Option) (*httplimit.Middleware, error) {
 	exact, err := global.New(rdb, global.GCRA)
 	if err != nil {
 		return nil, err
@@ -199,11 +202,11 @@ func builtinRules(hybrid *hlsync.Limiter, rdb redis.UniversalClient, inProcess *
 		{Name: "per-ip", Limiter: hybrid, Limit: hybridlimit.PerMinute(10), Key: httplimit.IP(clientIP)},
 		// Every API key: 100 or 1000 a minute, exact; if Redis is down, refuse.
 		{Name: "per-key", Limiter: exact, LimitFunc: perPlan, Key: httplimit.APIKey("X-API-Key"),
-			OnError: httplimit.FailClosed},
+			OnError: hybridlimit.FailClosed},
 		// The expensive route: 2 a second per client, per replica.
 		{Name: "search", Limiter: inProcess, Limit: hybridlimit.PerSecond(2),
 			Match: httplimit.PathPrefixes("/search"),
-			Key:   httplimit.Join(httplimit.Route(), httplimit.IP(clientIP)), Exempt: httplimit.Methods("HEAD")},
+			Key:   rules.Join(httplimit.Route(), httplimit.IP(clientIP)), Exempt: httplimit.Methods("HEAD")},
 	}, append([]httplimit.Option{httplimit.WithLegacyHeaders()}, opts...)...)
 }
 
@@ -227,7 +230,7 @@ func throttled(log *slog.Logger) func(http.ResponseWriter, *http.Request, *httpl
 
 // reloadOnHangup reloads the rules file on SIGHUP, until the returned
 // function is called. A file that fails to load or build changes nothing.
-func reloadOnHangup(path string, mw *httplimit.Middleware, env httplimit.Env, log *slog.Logger) (stop func()) {
+func reloadOnHangup(path string, mw *httplimit.Middleware, env config.Env, log *slog.Logger) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -240,7 +243,7 @@ func reloadOnHangup(path string, mw *httplimit.Middleware, env httplimit.Env, lo
 				return
 			case <-hup:
 			}
-			cfg, err := httplimit.LoadConfigFile(path)
+			cfg, err := config.LoadFile(path)
 			if err == nil {
 				err = cfg.Reload(mw, env)
 			}
@@ -259,8 +262,8 @@ func reloadOnHangup(path string, mw *httplimit.Middleware, env httplimit.Env, lo
 }
 
 // routes wraps each limited handler in the middleware, inside the mux, so
-// that the route rule sees the matched pattern; health and metrics stay
-// unlimited.
+// that health and metrics stay unlimited; the route rule reads the pattern
+// the mux matched.
 func routes(mw *httplimit.Middleware, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /hello", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -22,8 +22,14 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 
 // start runs the server with args on a free port until the test ends, and
 // returns its base URL.
+//
+// The tests check Redis's answers (the RateLimit fields, the 11th
+// request's 429): a cold key's first fetch under -race on a loaded machine
+// can outlast the default 100ms wait, and the failure policy would answer
+// it, without fields. So the server waits for Redis up to 2 s.
 func start(t *testing.T, args ...string) string {
 	t.Helper()
+	args = append([]string{"-max-wait", "2s"}, args...)
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -135,6 +141,7 @@ func TestServerFlags(t *testing.T) {
 		{"-redis", "127.0.0.1:1", "-miniredis"},
 		{"-miniredis", "-config", "missing.yaml"},
 		{"-miniredis", "-trust", "not-a-cidr"},
+		{"-miniredis", "-max-wait", "-1s"},
 		{"-miniredis", "-config", "rules.yaml", "-trust", "127.0.0.0/8"}, // was ignored without a word
 		{"-bogus"},
 	} {

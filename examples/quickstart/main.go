@@ -84,7 +84,7 @@ func run(ctx context.Context, addr, redisAddr string) error {
 		Limit:   hybridlimit.PerMinute(5),
 		Key:     loginUser,
 		Match:   httplimit.PathPrefixes("/login"),
-		OnError: httplimit.FailClosed, // Redis unreachable: refuse (503)
+		OnError: hybridlimit.FailClosed, // Redis unreachable: refuse (503)
 	}})
 	if err != nil {
 		return err

@@ -7,12 +7,19 @@
 // description), so each front end keeps its own Rule type, documented in
 // its own terms, and compiles it into a Spec.
 //
-// The types the two front ends share (FailurePolicy, Outcome, ErrorClass,
-// Policy, Stats, Local) are defined here and aliased there.
+// Its decision loop, Decide, is also the Envoy rate limit service's
+// (package rls): what stops an evaluation, the verdict and the give-back
+// of what a rejected request spent are decided there once, for every
+// front end, each front end saying how it asks one application (a limit
+// the request meets) and choosing the options where they differ.
 //
-// Files: limiter.go (the Limiter interface, its optional methods, Local,
-// Kind), types.go (policies, outcomes, error classes, the neutral
-// Decision), rule.go (Spec, validation, limiter keys, the announced
-// window), engine.go (Engine: Check, Reload, Reset), stats.go (counters
-// and the check-duration histogram).
+// The types the two front ends share (Outcome, Policy, Stats, Local) are
+// defined here and aliased there; the failure policy, the error class and
+// the histogram are package hybridlimit's.
+//
+// Files: types.go (outcomes, the neutral Decision), rule.go (Spec,
+// validation, limiter keys, the announced window), fields.go (the RateLimit
+// field values), engine.go (Engine: Check, Reload, Reset), decide.go
+// (Decide, the one decision loop), giveback.go (GiveBack), stats.go
+// (counters and the check-duration histogram).
 package ruleset

@@ -1,6 +1,10 @@
 package ruleset
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/hybridlimit/hybridlimit/rules"
+)
 
 // MaxSFInteger is the largest Integer a Structured Field can carry.
 const MaxSFInteger = 999_999_999_999_999
@@ -8,7 +12,7 @@ const MaxSFInteger = 999_999_999_999_999
 // Fields returns the RateLimit-Policy and RateLimit field values of
 // draft-ietf-httpapi-ratelimit-headers-11 for ps, as HTTP headers and
 // gRPC metadata carry them.
-func Fields(ps []Policy) (policy, state string) {
+func Fields(ps []rules.Policy) (policy, state string) {
 	buf := make([]byte, 0, 48*len(ps))
 	buf = AppendPolicyField(buf, ps)
 	policy = string(buf)
@@ -21,7 +25,7 @@ func Fields(ps []Policy) (policy, state string) {
 // q (quota), w (window seconds), and qu when set.
 //
 //	"per-ip";q=100;w=60, "uploads";q=1000000;w=3600;qu="content-bytes"
-func AppendPolicyField(b []byte, ps []Policy) []byte {
+func AppendPolicyField(b []byte, ps []rules.Policy) []byte {
 	for i := range ps {
 		p := &ps[i]
 		if i > 0 {
@@ -43,10 +47,11 @@ func AppendPolicyField(b []byte, ps []Policy) []byte {
 // AppendRateLimitField appends the RateLimit field value, a Structured
 // Field List with one Item per policy: the name, r (the available quota)
 // and t (the effective window: the seconds until more quota is available,
-// Policy.Next rounded up, left out when unknown).
+// Policy.Next rounded up, left out when unknown, which it never is when r
+// is 0).
 //
 //	"per-ip";r=0;t=6
-func AppendRateLimitField(b []byte, ps []Policy) []byte {
+func AppendRateLimitField(b []byte, ps []rules.Policy) []byte {
 	for i := range ps {
 		p := &ps[i]
 		if i > 0 {

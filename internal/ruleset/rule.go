@@ -1,135 +1,55 @@
 package ruleset
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"math"
 	"math/bits"
 	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/global"
-	hlsync "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
-
-// Quota units a rule can announce in RateLimit-Policy's qu parameter.
-const (
-	UnitRequests           = "requests"
-	UnitContentBytes       = "content-bytes"
-	UnitConcurrentRequests = "concurrent-requests"
-)
-
-// MaxRuleNameLen bounds a rule's name, in bytes.
-const MaxRuleNameLen = 64
-
-// Spec is a front end's rule compiled for the engine: the fields of
-// httplimit.Rule and grpclimit.Rule, with the request type R. Their docs
-// say what each field means.
-type Spec[R any] struct {
-	Name      string
-	Limiter   Limiter
-	Limit     hybridlimit.Limit
-	LimitFunc func(R) hybridlimit.Limit
-	Key       func(R) (string, bool)
-	Cost      int64
-	CostFunc  func(R) int64
-	Shadow    bool
-	Match     func(R) bool
-	Exempt    func(R) bool
-	OnError   FailurePolicy
-	FailRetry time.Duration
-	QuotaUnit string
-}
-
-// ErrInvalidRule is wrapped by the errors for an invalid rule.
-var ErrInvalidRule = errors.New("invalid rule")
-
-// check validates the rule; its errors start with the field's name.
-func (s *Spec[R]) check() error {
-	if err := CheckName(s.Name); err != nil {
-		return fmt.Errorf("Name: %w", err)
-	}
-	if err := usable(s.Limiter); err != nil {
-		return fmt.Errorf("Limiter: %w", err)
-	}
-	switch {
-	case s.Key == nil:
-		return errors.New("Key: nil")
-	case s.OnError != FailOpen && s.OnError != FailClosed:
-		return fmt.Errorf("OnError: unknown failure policy %d", int(s.OnError))
-	case s.FailRetry < 0:
-		return fmt.Errorf("FailRetry: %v is negative", s.FailRetry)
-	}
-	if s.LimitFunc == nil || s.Limit != (hybridlimit.Limit{}) {
-		if err := s.Limit.Validate(); err != nil {
-			return fmt.Errorf("Limit: %w", err)
-		}
-	}
-	if s.Cost < 0 {
-		return fmt.Errorf("Cost: %w: %d", hybridlimit.ErrInvalidCost, s.Cost)
-	}
-	if s.Cost != 0 && s.LimitFunc == nil {
-		if err := s.Limit.CheckCost(s.Cost); err != nil {
-			return fmt.Errorf("Cost: %w", err)
-		}
-	}
-	switch s.QuotaUnit {
-	case "", UnitRequests, UnitContentBytes, UnitConcurrentRequests:
-	default:
-		return fmt.Errorf("QuotaUnit: %q is not %q, %q or %q", s.QuotaUnit, UnitRequests, UnitContentBytes, UnitConcurrentRequests)
-	}
-	return nil
-}
-
-// CheckName reports whether name can be a policy name: it goes into an
-// sf-string, which holds printable ASCII only.
-func CheckName(name string) error {
-	if name == "" {
-		return errors.New("empty")
-	}
-	if len(name) > MaxRuleNameLen {
-		return fmt.Errorf("%d bytes, more than %d", len(name), MaxRuleNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("byte %#x at %d is not printable ASCII", c, i)
-		}
-	}
-	return nil
-}
 
 // maxRawKey is the longest key a rule passes to its limiter as it is;
 // longer ones are hashed, so a client cannot make keys that a limiter
 // rejects as too long (and so pass under a FailOpen policy).
 const maxRawKey = 256
 
-// rule is a Spec with what the engine computes from it once.
+// rule is a rules.Rule with what the engine computes from it once.
 type rule[R any] struct {
-	Spec[R]
+	rules.Rule[R]
 	raw, hashed   string // limiter key prefixes for raw and hashed keys
 	quota, window int64  // of Limit; computed per request under LimitFunc
-	shape         shape
 	kind          string
-	refunder      Refunder
-	peeker        Peeker
-	resetter      Resetter
-	st            *ruleCounters
+	// traits are what the limiter says of itself: how its quota comes
+	// back, and whether its Results are as of its last sync with Redis.
+	traits   hybridlimit.Traits
+	peeker   hybridlimit.Peeker
+	resetter hybridlimit.Resetter
+	st       *ruleCounters
 }
 
-func compile[R any](s Spec[R]) rule[R] {
+// traitsOf returns what l says of itself; zero if it does not.
+func traitsOf(l hybridlimit.Limiter) hybridlimit.Traits {
+	if d, ok := l.(hybridlimit.Describer); ok {
+		return d.Traits()
+	}
+	return hybridlimit.Traits{}
+}
+
+func compile[R any](s rules.Rule[R]) rule[R] {
 	if s.Cost == 0 {
 		s.Cost = 1
 	}
-	r := rule[R]{Spec: s, kind: Kind(s.Limiter), shape: shapeOf(s.Limiter)}
+	r := rule[R]{Rule: s, kind: rules.Kind(s.Limiter), traits: traitsOf(s.Limiter)}
 	name := escapeKeyPart(s.Name)
 	r.raw, r.hashed = name+"|", name+"#"
 	r.quota, r.window = r.policyOf(s.Limit)
-	r.refunder, _ = s.Limiter.(Refunder)
-	r.peeker, _ = s.Limiter.(Peeker)
-	r.resetter, _ = s.Limiter.(Resetter)
+	r.peeker, _ = s.Limiter.(hybridlimit.Peeker)
+	r.resetter, _ = s.Limiter.(hybridlimit.Resetter)
 	return r
 }
 
@@ -157,36 +77,6 @@ func (r *rule[R]) limiterKey(key string) string {
 	return r.raw + key
 }
 
-// Join combines key functions into one: the rule applies only when every
-// part does. Parts are joined by '|', and '|' and '\' inside a part are
-// escaped, so distinct combinations never make the same key.
-func Join[R any](parts ...func(R) (string, bool)) func(R) (string, bool) {
-	parts = append([]func(R) (string, bool)(nil), parts...)
-	return func(req R) (string, bool) {
-		var b strings.Builder
-		for i, p := range parts {
-			k, ok := p(req)
-			if !ok {
-				return "", false
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			if !strings.ContainsAny(k, `|\`) {
-				b.WriteString(k)
-				continue
-			}
-			for j := 0; j < len(k); j++ {
-				if k[j] == '|' || k[j] == '\\' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(k[j])
-			}
-		}
-		return b.String(), b.Len() > 0
-	}
-}
-
 // Digest returns 128 bits of SHA-256 of s, hex-encoded.
 func Digest(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -208,57 +98,96 @@ func (r *rule[R]) failRetry() time.Duration {
 // never overstates it.
 func (r *rule[R]) policyOf(l hybridlimit.Limit) (q, w int64) {
 	d := l.Refill()
-	if r.shape == shapeFixed || r.shape == shapeSliding {
+	if r.traits.Shape == hybridlimit.ShapeFixedWindow || r.traits.Shape == hybridlimit.ShapeSliding {
 		d = l.Period
 	}
 	return l.Burst, max(CeilSeconds(d), 1)
 }
 
-// shape is how a limiter's quota comes back, which says how long until it
-// does (Policy.Next).
-type shape int
-
-const (
-	shapeUnknown shape = iota // a custom limiter
-	shapeTokens               // a token bucket: a token at a time
-	shapeFixed                // a fixed window: all at its end
-	shapeSliding              // a sliding window or log: as requests age out
-)
-
-func shapeOf(l Limiter) shape {
-	switch l.(type) {
-	case *hlsync.Limiter, *Local:
-		return shapeTokens
+// next returns Policy.Next for res, a decision of cost under limit, as far
+// as res says: for a token bucket the time to its next token, for a fixed
+// window the time to its end; on a denial never later than the wait it
+// names, and for a cost of 1 that wait, which is exactly when more quota
+// comes. -1 when res does not say: a sliding window's or log's admission,
+// their denial of a larger cost, a custom limiter's; untilMore fills it in
+// where it matters, when nothing is left.
+func (r *rule[R]) next(res hybridlimit.Result, limit hybridlimit.Limit, cost int64) time.Duration {
+	if !res.Allowed && res.Source == hybridlimit.SourceFallback {
+		return res.RetryAfter // a fallback share's denial (fallbackDenial): its wait is all that is known
 	}
-	if a, ok := l.(algorithmer); ok {
-		switch a.Algorithm() {
-		case global.TokenBucket, global.GCRA:
-			return shapeTokens
-		case global.FixedWindow:
-			return shapeFixed
-		case global.SlidingWindow, global.SlidingLog:
-			return shapeSliding
+	d := time.Duration(-1)
+	switch r.traits.Shape {
+	case hybridlimit.ShapeTokens:
+		if t := nextToken(res, limit); t > 0 {
+			d = t
+		}
+	case hybridlimit.ShapeFixedWindow:
+		if t := max(res.ResetAfter, res.RetryAfter); t > 0 {
+			d = t
 		}
 	}
-	return shapeUnknown
+	if !res.Allowed && res.RetryAfter > 0 && (cost == 1 || d > res.RetryAfter) {
+		d = res.RetryAfter
+	}
+	return d
 }
 
-// next returns Policy.Next for res, a decision of cost under limit.
-func (r *rule[R]) next(res hybridlimit.Result, limit hybridlimit.Limit, cost int64) time.Duration {
-	switch r.shape {
-	case shapeTokens:
-		if d := nextToken(res, limit); d > 0 {
-			return d
-		}
-	case shapeFixed:
-		if d := max(res.ResetAfter, res.RetryAfter); d > 0 {
-			return d
+// untilMore fills in p.Next for a reported rule whose decision left
+// nothing (RateLimit's r=0), where t is what a client needs most; key and
+// limit are the decision's.
+//
+//   - p.Next says, from a limiter that decides exactly (a token bucket's
+//     next token, a fixed window's end, a denial of cost 1): it stands.
+//   - p.Next does not say (a sliding window's or log's admission, their
+//     denial of a larger cost, a custom limiter's): the wait a peek of
+//     cost 1 names, which is exact; for an exact limiter a Redis round
+//     trip, made only here, for a reported rule left with nothing, so at
+//     most one per admission at the limit and never for a denial of cost 1.
+//   - the hybrid limiter's admission, whose Result is as of its last sync:
+//     the sooner of p.Next and its Peek's wait (no Redis call), what it
+//     would answer a request now, so that its next 429 names no earlier
+//     time than t. Its denials name their own wait, which is current.
+//   - a peek that finds quota (what aged out or was given back since the
+//     decision, or another part of a split key): its Remaining is reported
+//     instead, and r > 0 needs no t.
+//   - no peek (a custom limiter without one, or the peek failed): a
+//     denial's own wait, else the time until the limiter is full
+//     (ResetAfter), else the policy's window, by which any limit of this
+//     module has more quota whatever its state.
+//
+// On a denial p.Next ends never later than the denial's wait, so
+// Retry-After is never earlier than t.
+func (r *rule[R]) untilMore(ctx context.Context, key string, limit hybridlimit.Limit, p *rules.Policy) {
+	res, next := p.Result, p.Next
+	if res.Source == hybridlimit.SourceFallback {
+		return // fallbackDenial's wait; the limiter's state is not the share's
+	}
+	if (next < 0 || r.traits.AsOfSync && res.Allowed) && r.peeker != nil {
+		if pk, err := r.peeker.Peek(ctx, key, limit); err == nil {
+			switch {
+			case pk.Allowed && pk.Remaining > 0:
+				p.Result.Remaining = min(pk.Remaining, limit.Burst)
+				return
+			case pk.Allowed:
+				next = 0
+			case pk.RetryAfter > 0 && (next < 0 || pk.RetryAfter < next):
+				next = pk.RetryAfter
+			}
 		}
 	}
-	if !res.Allowed && cost == 1 && res.RetryAfter > 0 {
-		return res.RetryAfter
+	switch {
+	case next >= 0:
+	case !res.Allowed && res.RetryAfter > 0:
+		next = res.RetryAfter
+	case res.ResetAfter > 0:
+		next = res.ResetAfter
+	default:
+		next = time.Duration(max(p.Window, 1)) * time.Second
 	}
-	return -1
+	if !res.Allowed && res.RetryAfter > 0 {
+		next = min(next, res.RetryAfter)
+	}
+	p.Next = next
 }
 
 // nextToken returns the time until a token bucket in the state res reports

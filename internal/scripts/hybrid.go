@@ -15,8 +15,11 @@ var (
 	// SyncCluster is Sync declaring allow-cross-slot-keys, for a cluster:
 	// one call carries the keys of every slot one master serves.
 	SyncCluster = flagged(Sync, "allow-cross-slot-keys")
-	// Presence records a live instance and counts the live ones.
+	// Presence records a live instance, counts the live ones and reads
+	// the reset log: PresenceReply.
 	Presence = load("presence", clock, preamble)
+	// ResetLog records a key's reset for every instance's next Presence.
+	ResetLog = load("reset_log", clock, preamble)
 	// Reshard moves a split key's parts from one layout to another, one
 	// step on one part per call.
 	Reshard = load("reshard", clock, preamble, bucket)
@@ -26,6 +29,40 @@ var (
 	// their allowance at their next message.
 	SyncReset = load("sync_reset", clock, preamble)
 )
+
+// PresenceReply is Presence's answer.
+type PresenceReply struct {
+	Live int64 // instances whose records are live, this one included when recorded
+	Now  int64 // the script's time, in microseconds: the next read's since
+	// Whole says that Reset holds every key reset at or after the read's
+	// since; when false, any key may have been reset.
+	Whole bool
+	Reset []string
+}
+
+// ParsePresenceReply checks a reply of Presence: {live, now, whole,
+// key...}.
+func ParsePresenceReply(reply any) (PresenceReply, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 3 {
+		return PresenceReply{}, fmt.Errorf("%w: presence reply %T, want an array of at least 3", ErrMalformedReply, reply)
+	}
+	live, ok1 := arr[0].(int64)
+	now, ok2 := arr[1].(int64)
+	whole, ok3 := arr[2].(int64)
+	if !ok1 || !ok2 || !ok3 || live < 0 || now <= 0 || whole != 0 && whole != 1 || whole == 0 && len(arr) > 3 {
+		return PresenceReply{}, fmt.Errorf("%w: presence reply %v", ErrMalformedReply, arr[:3])
+	}
+	r := PresenceReply{Live: live, Now: now, Whole: whole == 1}
+	for i, v := range arr[3:] {
+		key, ok := v.(string)
+		if !ok {
+			return PresenceReply{}, fmt.Errorf("%w: presence reply: reset key %d is %T", ErrMalformedReply, i, v)
+		}
+		r.Reset = append(r.Reset, key)
+	}
+	return r, nil
+}
 
 // ParseLockReply checks a reply of Lock: whether the lock was taken (or
 // released).

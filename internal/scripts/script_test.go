@@ -70,7 +70,7 @@ func TestScriptsHaveTheirHelpers(t *testing.T) {
 			defined[m[1]] = file
 		}
 	}
-	for _, s := range append(All(), Sync, Presence, Reshard, Lock, SyncReset) {
+	for _, s := range append(All(), Sync, Presence, ResetLog, Reshard, Lock, SyncReset) {
 		body := mustFile(t, s.Name()+".lua")
 		shared := strings.TrimSuffix(s.Source(), body)
 		need := map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -18,13 +19,13 @@ import (
 // above the last applied one, and takes the instance's word (base) for the
 // total when the ledger is missing or of another epoch. A message first
 // raises the total to base + owed whatever the bucket holds, into debt if
-// need be, taking the difference as of age ago: from a full bucket then
-// (refilled since, never above the burst), or now if the bucket has not been
-// full since; then one asking for more than the total is granted what whole
-// tokens the bucket holds, and one asking for less hands the difference back. FuzzSyncScript plays random
-// sequences of messages, duplicated, held back and reordered, batched or
-// alone, with instance restarts, against both and requires identical
-// replies.
+// need be, taking the difference as of age ago: out of the refill the
+// bucket could not hold since, of the full stretches it keeps (see owe),
+// the rest now; then one asking for more than the total is granted what
+// whole tokens the bucket holds, and one asking for less hands the
+// difference back. FuzzSyncScript plays random sequences of messages,
+// duplicated, held back and reordered, batched or alone, with instance
+// restarts, against both and requires identical replies.
 //
 // Intervals are whole microseconds and the clock moves in steps that are
 // multiples of syncGrid, so the script's floats are exact and its 1e-6
@@ -42,10 +43,20 @@ type syncBucket struct {
 	rate, periodUS, burst int64
 	// tat is when the bucket holds its burst again (us, exact): not ahead
 	// of now, since when it has been full; nil while never written, full
-	// since ever. fs, fg: the last full stretch a charge ended, or nil.
-	tat, fs, fg *big.Rat
-	ledgers     map[string]syncLedger
+	// since ever. f: the full stretches whose refill no charge has used,
+	// start and end in turn, in time order, at most keepStretches; e: the
+	// end of the last one recorded or used, or nil.
+	tat, e  *big.Rat
+	f       []*big.Rat
+	ledgers map[string]syncLedger
 }
+
+// keepStretches is how many stretches a bucket keeps: when there are
+// more, the earliest goes if it ended syncLedgerTTL ago, else the shortest.
+const (
+	keepStretches = 2
+	syncLedgerTTL = 60_000_000 // us: the LedgerTTLMS the fuzz sends
+)
 
 func (b *syncBucket) interval() *big.Rat { return new(big.Rat).SetFrac64(b.periodUS, b.rate) }
 
@@ -78,40 +89,97 @@ func maxRat(a, b *big.Rat) *big.Rat {
 	return b
 }
 
+// full returns since when a bucket full now holds refill that no stretch
+// records and no charge has used: its time, or e if later.
+func (b *syncBucket) full() *big.Rat {
+	if b.e != nil {
+		return maxRat(b.at(), b.e)
+	}
+	return b.at()
+}
+
+// trim drops stretches while there are more than keepStretches: the
+// earliest if it ended syncLedgerTTL before now, else the shortest (of
+// equals, the earlier).
+func (b *syncBucket) trim(now int64) {
+	for len(b.f) > 2*keepStretches {
+		drop := 0
+		if b.f[1].Cmp(rat(now-syncLedgerTTL)) >= 0 {
+			for k := 2; k < len(b.f); k += 2 {
+				if new(big.Rat).Sub(b.f[k+1], b.f[k]).Cmp(new(big.Rat).Sub(b.f[drop+1], b.f[drop])) < 0 {
+					drop = k
+				}
+			}
+		}
+		b.f = append(b.f[:drop], b.f[drop+2:]...)
+	}
+}
+
+// record adds the stretch from s to g and moves e to its end.
+func (b *syncBucket) record(now int64, s, g *big.Rat) {
+	if b.e == nil || g.Cmp(b.e) > 0 {
+		b.e = g
+	}
+	if g.Cmp(s) > 0 {
+		b.f = append(b.f, s, g)
+		b.trim(now)
+	}
+}
+
 // take charges n tokens at now, recording the full stretch it ends.
 func (b *syncBucket) take(now, n int64) {
 	if n <= 0 {
 		return
 	}
 	if b.at().Cmp(rat(now)) <= 0 {
-		b.fs, b.fg = b.at(), rat(now)
+		b.record(now, b.full(), rat(now))
 	}
 	b.tat = b.plus(b.ahead(now), n)
 }
 
-// owe charges n tokens admitted since since as if all at since: out of a
-// full bucket then, refilled since (a charge that empties it ends its full
-// stretch there); or, for a bucket not full now, out of the refill of the
-// last full stretch, as far as it reaches, the rest taken now.
+// owe charges n tokens admitted since since as if all at since: out of the
+// refill of the recorded stretches after since, the earliest first (a
+// stretch's part before since stays); then,
+// for a bucket full now, out of the refill it could not hold since (what
+// it held before since is recorded); the rest is taken now.
 func (b *syncBucket) owe(now, since, n int64) {
 	s := rat(since)
-	switch {
-	case b.at().Cmp(rat(now)) <= 0:
-		from := maxRat(b.at(), s)
-		t := b.plus(from, n)
-		if t.Cmp(rat(now)) > 0 {
-			b.fs, b.fg = b.at(), from
+	d := new(big.Rat).Mul(rat(n), b.interval())
+	for k := 0; d.Sign() > 0 && k < len(b.f); {
+		if s.Cmp(b.f[k+1]) >= 0 {
+			k += 2
+			continue
 		}
-		b.tat = t
-	case b.fg != nil && s.Cmp(b.fg) < 0:
-		t := b.plus(maxRat(b.fs, s), n)
-		if t.Cmp(b.fg) > 0 {
-			b.tat = new(big.Rat).Add(b.tat, new(big.Rat).Sub(t, b.fg))
-			t = b.fg
+		if s.Cmp(b.f[k]) > 0 { // the part before since stays
+			b.f = slices.Insert(b.f, k+1, s, s)
+			k += 2
 		}
-		b.fs = t
-	default:
-		b.tat = b.plus(b.tat, n)
+		t := new(big.Rat).Add(b.f[k], d)
+		if t.Cmp(b.f[k+1]) < 0 {
+			b.f[k], d = t, new(big.Rat)
+		} else {
+			d = new(big.Rat).Sub(t, b.f[k+1])
+			b.f = append(b.f[:k], b.f[k+2:]...)
+		}
+	}
+	b.trim(now)
+	if d.Sign() <= 0 {
+		return
+	}
+	if b.at().Cmp(rat(now)) <= 0 {
+		full := b.full()
+		from := maxRat(full, s)
+		b.record(now, full, from)
+		b.tat = new(big.Rat).Add(from, d)
+		// The refill spent: a return that moves the time back does not
+		// free it again.
+		if t := rat(now); b.tat.Cmp(t) < 0 {
+			b.e = maxRat(b.e, b.tat)
+		} else {
+			b.e = maxRat(b.e, t)
+		}
+	} else {
+		b.tat = new(big.Rat).Add(b.tat, d)
 	}
 }
 

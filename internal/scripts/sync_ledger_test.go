@@ -131,9 +131,11 @@ func TestSyncSmallGrantsAtHighRates(t *testing.T) {
 // takes it whatever the bucket holds, into debt, once however often the
 // message is repeated, as of when it was admitted, so that a bucket full
 // meanwhile pays for it out of the refill it could not hold (even when
-// another instance's grant has ended its full stretch since: that
-// stretch's refill pays), and a bucket that was not full pays all of it; a
-// later message owing more takes only the difference.
+// another instance's grant has ended its full stretch since, and the
+// bucket has filled again or a grant has ended a shorter stretch after
+// it: the stretch's refill pays), never twice, and a bucket that was not
+// full pays all of it; a later message owing more takes only the
+// difference.
 func TestSyncOwedTaken(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
@@ -172,6 +174,46 @@ func TestSyncOwedTaken(t *testing.T) {
 		{"e: 6 owed over 2 s, 4 granted", "e", "i0", 0, false, 0, 10, 6, 2 * sec, 10, 6, 0},
 		{"e: 6 more owed over 2 s: out of the stretch", "e", "i1", 0, false, 0, 6, 6, 2 * sec, 6, 6, 0},
 		{"e: 10 more over 1 s: 8 from the stretch, 2 now", "e", "i2", 0, false, 0, 10, 10, sec, 10, 4, 0},
+		// After an outage: drained, then full for 2 s while the instances
+		// could not report. The first report ends the outage's stretch
+		// with a grant; the bucket is full again when the second comes,
+		// whose grant ends a short stretch of its own; every report's
+		// cost comes out of the outage's refill, which the short stretch
+		// does not push out.
+		{"f: drained", "f", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"f: 8 owed since it was full, 2 granted", "f", "i0", 3 * sec, false, 10, 20, 8, 2 * sec, 20, 8, 0},
+		{"f: full again: 9 owed from the outage, 2 granted", "f", "i1", 3 * sec / 10, false, 0, 11, 9, 3 * sec / 2, 11, 8, 0},
+		{"f: 2 owed from before the short stretch", "f", "i2", sec / 10, false, 0, 2, 2, 12 * sec / 5, 2, 9, 0},
+		// A return moves the bucket's time back into the stretch its
+		// grant ended: that stretch's refill pays once, not again as the
+		// refill of a bucket full since then.
+		{"g: drained", "g", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"g: full 1 s, 2 granted", "g", "i0", 2 * sec, false, 10, 12, 0, 0, 12, 8, 0},
+		{"g: 10 handed back", "g", "i0", 0, false, 12, 2, 0, 0, 2, 10, 0},
+		{"g: 15 owed over 1 s: 10 from the stretch, 5 now", "g", "i1", 0, false, 0, 15, 15, sec, 15, 5, 0},
+		// Five grants after an outage, each ending a short stretch, do not
+		// push the outage's stretch out: the longest are kept.
+		{"i: drained", "i", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"i: 4 owed over 2 s, 2 granted", "i", "i0", 3 * sec, false, 10, 16, 4, 2 * sec, 16, 8, 0},
+		{"i: full again, 2 granted", "i", "i0", 3 * sec / 10, false, 16, 18, 0, 0, 18, 8, 0},
+		{"i: full again, 2 granted", "i", "i0", 3 * sec / 10, false, 18, 20, 0, 0, 20, 8, 0},
+		{"i: full again, 2 granted", "i", "i0", 3 * sec / 10, false, 20, 22, 0, 0, 22, 8, 0},
+		{"i: full again, 2 granted", "i", "i0", 3 * sec / 10, false, 22, 24, 0, 0, 24, 8, 0},
+		{"i: full again, 2 granted", "i", "i0", 3 * sec / 10, false, 24, 26, 0, 0, 26, 8, 0},
+		{"i: 14 owed over 3.3 s: out of the outage's stretch", "i", "i1", 3 * sec / 10, false, 0, 14, 14, 33 * sec / 10, 14, 10, 0},
+		// Reports come in any order: one whose cost began later leaves
+		// the refill before it to one whose cost began earlier.
+		{"j: drained", "j", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"j: full 3 s, 2 granted", "j", "i0", 4 * sec, false, 10, 12, 0, 0, 12, 8, 0},
+		{"j: 20 owed over the last 2 s: out of its refill", "j", "i1", 0, false, 0, 20, 20, 2 * sec, 20, 8, 0},
+		{"j: 10 owed over 3 s: out of the refill before", "j", "i2", 0, false, 0, 10, 10, 3 * sec, 10, 8, 0},
+		// Refill a report has spent stays spent when a return moves the
+		// bucket's time back over it.
+		{"h: drained", "h", "i0", 0, false, 0, 10, 0, 0, 10, 0, sec / 10},
+		{"h: full again, drained again", "h", "i0", sec, false, 10, 20, 0, 0, 20, 0, sec / 10},
+		{"h: 10 owed over 2 s: out of the refill", "h", "i1", 3 * sec, false, 0, 10, 10, 2 * sec, 10, 10, 0},
+		{"h: 20 handed back", "h", "i0", 0, false, 20, 0, 0, 0, 0, 10, 0},
+		{"h: 15 owed over 2 s: 10 of the refill left, 5 now", "h", "i2", 0, false, 0, 15, 15, 2 * sec, 15, 5, 0},
 	} {
 		keys := []string{p + "{o}:b:" + tt.key, p + "{o}:a:" + tt.key}
 		now += tt.advanceUS

@@ -12,14 +12,24 @@ import (
 )
 
 // The shape of a call of Sync (see sync.lua): one KEYS, the first key's
-// bucket, which routes the call; SyncHeaderArgs ARGV (SyncHeader), then
-// SyncKeyArgs per key: its bucket, its allowances and its message
-// (SyncMsg). The reply holds SyncReplyLen integers per key (SyncReply).
+// bucket, which routes the call; SyncHeaderArgs ARGV (SyncHeader), the
+// last of them SyncVersion, then SyncKeyArgs per key: its bucket, its
+// allowances and its message (SyncMsg). The reply holds SyncReplyLen
+// integers per key (SyncReply).
 const (
-	SyncHeaderArgs = 5
+	SyncHeaderArgs = 6
 	SyncKeyArgs    = 3
 	SyncReplyLen   = 9
 )
+
+// SyncVersion is the version of the Sync call's wire format that this
+// package writes and sync.lua reads: the header, the messages and the
+// reply. Version 1 is the header of five ARGV with no version, whose
+// sixth ARGV is the first key's bucket. sync.lua answers a call of any
+// other version with an error and writes nothing, so that an instance
+// never has its messages misread (docs/design.md, 6.2, on a rolling
+// deploy).
+const SyncVersion = 2
 
 // SyncMode names a reconcile mode on the wire, as sync.lua reads it.
 type SyncMode string
@@ -43,9 +53,10 @@ type SyncHeader struct {
 	AllowanceLifeUS int64  // optimistic: how long a recorded allowance counts
 }
 
-// Args returns the header as the first SyncHeaderArgs ARGV of a call.
+// Args returns the header as the first SyncHeaderArgs ARGV of a call,
+// SyncVersion last.
 func (h SyncHeader) Args() [SyncHeaderArgs]any {
-	return [SyncHeaderArgs]any{h.NowUS, h.LedgerTTLMS, string(h.Mode), h.Instance, h.AllowanceLifeUS}
+	return [SyncHeaderArgs]any{h.NowUS, h.LedgerTTLMS, string(h.Mode), h.Instance, h.AllowanceLifeUS, SyncVersion}
 }
 
 // SyncMsg is one key's message in a call of Sync: the integers sync.lua

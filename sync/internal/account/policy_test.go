@@ -1,4 +1,4 @@
-package sync
+package account
 
 import (
 	"math"
@@ -10,46 +10,50 @@ import (
 
 // testPolicy is the default configuration's lease policy without jitter,
 // so that durations come out exact.
-func testPolicy() policy {
-	return policy{interval: 250 * time.Millisecond, lookahead: 2, stretchCap: 64, lowLimit: 2}
+func testPolicy() Policy {
+	return Policy{Interval: 250 * time.Millisecond, Lookahead: 2, StretchCap: 64, LowLimit: 2}
 }
 
 var perSecond1000 = hybridlimit.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
 
 // steady is a whole key of 1000/s on one instance, spending 100/s, its
 // bucket full.
-func steady() holding {
-	return holding{limit: perSecond1000, shards: 1, live: 1, demand: 100, held: 100, left: 1000, serving: true}
+func steady() Holding {
+	return Holding{Limit: perSecond1000, Key: perSecond1000, Live: 1, Demand: 100, Held: 100, Left: 1000, Serving: true}
 }
 
 func TestLease(t *testing.T) {
 	p := testPolicy()
 	for _, tt := range []struct {
 		name string
-		edit func(*holding)
+		edit func(*Holding)
 		want int64
 	}{
 		// 100/s over two intervals is 50; the bucket's eighth (125) holds
 		// twice that, not four times: stretched once.
-		{"stretched once", func(*holding) {}, 100},
-		{"bucket empty: not stretched", func(h *holding) { h.left = 0 }, 50},
-		{"bucket at an eighth of twice: not stretched", func(h *holding) { h.left = 799 }, 50},
-		{"room for the cap: 64 leases of half a token", func(h *holding) { h.demand, h.left = 1, 1000 }, 32},
-		{"more instances share the room", func(h *holding) { h.live = 2 }, 50},
-		{"no demand: the minimum lease", func(h *holding) { h.demand = 0 }, 8},
-		{"minimum lease a quarter of a share", func(h *holding) { h.demand, h.live = 0, 100 }, 2},
-		{"idle past the hold", func(h *holding) { h.unused = 10 * time.Second }, 0},
-		{"idle just under the hold", func(h *holding) { h.unused = 10*time.Second - 1 }, 100},
-		{"a part not serving", func(h *holding) { h.serving = false }, 0},
-		{"a low limit", func(h *holding) { h.limit = hybridlimit.Limit{Rate: 4, Period: time.Second, Burst: 1000} }, 0},
+		{"stretched once", func(*Holding) {}, 100},
+		{"bucket empty: not stretched", func(h *Holding) { h.Left = 0 }, 50},
+		{"bucket at an eighth of twice: not stretched", func(h *Holding) { h.Left = 799 }, 50},
+		{"room for the cap: 64 leases of half a token", func(h *Holding) { h.Demand, h.Left = 1, 1000 }, 32},
+		{"more instances share the room", func(h *Holding) { h.Live = 2 }, 50},
+		{"no demand: the minimum lease", func(h *Holding) { h.Demand = 0 }, 8},
+		{"minimum lease a quarter of a share", func(h *Holding) { h.Demand, h.Live = 0, 100 }, 2},
+		{"idle past the hold", func(h *Holding) { h.Unused = 10 * time.Second }, 0},
+		{"idle just under the hold", func(h *Holding) { h.Unused = 10*time.Second - 1 }, 100},
+		{"a part not serving", func(h *Holding) { h.Serving = false }, 0},
+		{"a low limit", func(h *Holding) {
+			h.Limit = hybridlimit.Limit{Rate: 4, Period: time.Second, Burst: 1000}
+			h.Key = h.Limit
+		}, 0},
+		{"a part of a key over the low limit", func(h *Holding) { h.Limit = hybridlimit.Limit{Rate: 4, Period: time.Second, Burst: 1000} }, 100},
 	} {
 		h := steady()
 		tt.edit(&h)
-		if got := p.lease(h); got != tt.want {
+		if got := p.Lease(h); got != tt.want {
 			t.Errorf("%s: lease(%+v) = %d, want %d", tt.name, h, got, tt.want)
 		}
 	}
-	if got := (policy{interval: 250 * time.Millisecond, lookahead: 2, stretchCap: 1, lowLimit: 2}).lease(steady()); got != 50 {
+	if got := (Policy{Interval: 250 * time.Millisecond, Lookahead: 2, StretchCap: 1, LowLimit: 2}).Lease(steady()); got != 50 {
 		t.Errorf("stretch cap 1: lease %d, want 50", got)
 	}
 }
@@ -58,18 +62,15 @@ func TestIsLowLimit(t *testing.T) {
 	p := testPolicy()
 	eight := hybridlimit.Limit{Rate: 8, Period: time.Second, Burst: 8} // 2 tokens an interval
 	for _, tt := range []struct {
-		live   int64
-		shards int
-		want   bool
+		live int64
+		want bool
 	}{
-		{1, 1, false}, // 2 per instance: at the threshold, not under it
-		{2, 1, true},  // 1 per instance
-		{2, 2, false}, // each part serves one instance
-		{3, 2, true},  // 1.5 instances a part
-		{1, 4, false}, // fewer instances than parts: still the key's rule
+		{0, false}, // no instance seen yet counts as one
+		{1, false}, // 2 per instance: at the threshold, not under it
+		{2, true},  // 1 per instance
 	} {
-		if got := p.isLowLimit(eight, tt.shards, tt.live); got != tt.want {
-			t.Errorf("live %d, shards %d: isLowLimit = %v, want %v", tt.live, tt.shards, got, tt.want)
+		if got := p.IsLowLimit(eight, tt.live); got != tt.want {
+			t.Errorf("live %d: isLowLimit = %v, want %v", tt.live, got, tt.want)
 		}
 	}
 }
@@ -90,13 +91,13 @@ func TestTopUp(t *testing.T) {
 		{0, 0, 0, 0, 0},
 	} {
 		h := steady()
-		h.held = tt.held
-		excess, more := p.topUp(h, tt.waiting, tt.want)
+		h.Held = tt.held
+		excess, more := p.TopUp(h, tt.waiting, tt.want)
 		if excess != tt.excess || more != tt.more {
 			t.Errorf("held %d, want %d, waiting %d: topUp = %d, %d; want %d, %d", tt.held, tt.want, tt.waiting, excess, more, tt.excess, tt.more)
 		}
 	}
-	if w := p.want(steady(), 2000); w != 1000 {
+	if w := p.Want(steady(), 2000); w != 1000 {
 		t.Errorf("want with 2000 waiting = %d, want the burst", w)
 	}
 }
@@ -121,10 +122,10 @@ func TestNext(t *testing.T) {
 		{"bucket empty optimistic: sooner", true, 100, 10, 0, ms(62.5)},
 	} {
 		p := testPolicy()
-		p.optimistic = tt.optimistic
+		p.Optimistic = tt.optimistic
 		h := steady()
-		h.demand, h.held, h.left = tt.demand, tt.held, tt.left
-		if got := p.next(h, 7); got != tt.want {
+		h.Demand, h.Held, h.Left = tt.demand, tt.held, tt.left
+		if got := p.Next(h, 7); got != tt.want {
 			t.Errorf("%s: next = %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -151,12 +152,12 @@ func TestQuiet(t *testing.T) {
 	} {
 		p := testPolicy()
 		h := steady()
-		h.demand, h.held, h.unused, h.left = tt.demand, tt.held, tt.unused, tt.left
-		if got := p.quiet(h, 7); got != tt.want {
+		h.Demand, h.Held, h.Unused, h.Left = tt.demand, tt.held, tt.unused, tt.left
+		if got := p.Quiet(h, 7); got != tt.want {
 			t.Errorf("%s: quiet = %v, want %v", tt.name, got, tt.want)
 		}
-		p.optimistic = true
-		if got, next := p.quiet(h, 7), p.next(h, 7); got != next {
+		p.Optimistic = true
+		if got, next := p.Quiet(h, 7), p.Next(h, 7); got != next {
 			t.Errorf("%s, optimistic: quiet = %v, want next, %v", tt.name, got, next)
 		}
 	}
@@ -164,11 +165,11 @@ func TestQuiet(t *testing.T) {
 
 func TestJitter(t *testing.T) {
 	p := testPolicy()
-	p.jitter = 0.1
+	p.Jitter = 0.1
 	lo, hi := 2.0, 0.0
 	for seed := range uint64(10_000) {
-		f := p.jitterOf(seed)
-		if f != p.jitterOf(seed) {
+		f := p.JitterOf(seed)
+		if f != p.JitterOf(seed) {
 			t.Fatalf("seed %d: jitter not deterministic", seed)
 		}
 		lo, hi = min(lo, f), max(hi, f)
@@ -176,7 +177,7 @@ func TestJitter(t *testing.T) {
 	if lo < 0.9 || hi > 1.1 || lo > 0.91 || hi < 1.09 {
 		t.Errorf("jitter 0.1 over 10,000 seeds spans [%v, %v], want about [0.9, 1.1]", lo, hi)
 	}
-	if f := testPolicy().jitterOf(12345); f != 1 {
+	if f := testPolicy().JitterOf(12345); f != 1 {
 		t.Errorf("no jitter: factor %v, want 1", f)
 	}
 }
@@ -190,9 +191,9 @@ func TestIdleHoldAndTick(t *testing.T) {
 		{time.Second, 40 * time.Second, 250 * time.Millisecond},
 		{2 * time.Millisecond, 10 * time.Second, time.Millisecond},
 	} {
-		p := policy{interval: tt.interval}
-		if p.idleHold() != tt.hold || p.tick() != tt.tick {
-			t.Errorf("interval %v: idle hold %v, tick %v; want %v, %v", tt.interval, p.idleHold(), p.tick(), tt.hold, tt.tick)
+		p := Policy{Interval: tt.interval}
+		if p.IdleHold() != tt.hold || p.Tick() != tt.tick {
+			t.Errorf("interval %v: idle hold %v, tick %v; want %v, %v", tt.interval, p.IdleHold(), p.Tick(), tt.hold, tt.tick)
 		}
 	}
 }
@@ -202,7 +203,7 @@ func TestIdleHoldAndTick(t *testing.T) {
 func TestUsage(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
-	var u usage
+	var u Usage
 	for i, step := range []struct {
 		at, consumed int64 // ms, tokens in all
 		rate         float64
@@ -220,9 +221,9 @@ func TestUsage(t *testing.T) {
 		{1500 + 500, 100, 20 / 0.25 / 2 / 2, 1250}, // a late round, half again
 		{2000 + 1000, 100, 20 / 0.25 / 2 / 2 / 2, 1250},
 	} {
-		u.observe(step.consumed, ms(step.at), interval)
-		if math.Abs(u.rate-step.rate) > 1e-9 || u.usedAt != ms(step.usedAt) {
-			t.Errorf("step %d at %dms, %d consumed: rate %v, used at %v; want %v, %dms", i, step.at, step.consumed, u.rate, time.Duration(u.usedAt), step.rate, step.usedAt)
+		u.Observe(step.consumed, ms(step.at), interval)
+		if math.Abs(u.Rate-step.rate) > 1e-9 || u.UsedAt != ms(step.usedAt) {
+			t.Errorf("step %d at %dms, %d consumed: rate %v, used at %v; want %v, %dms", i, step.at, step.consumed, u.Rate, time.Duration(u.UsedAt), step.rate, step.usedAt)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package ruleset
+package rules
 
 import (
 	"context"
@@ -7,53 +7,29 @@ import (
 	"reflect"
 	"time"
 
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
 	"github.com/hybridlimit/hybridlimit/local"
-	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
-// Limiter is what a rule asks for a decision: spend cost from key's quota
-// under limit, or say why not. *sync.Limiter (hybrid), *global.Limiter and
-// *sharding.Global (exact) satisfy it; Local adapts a *local.Table.
-//
-// A Limiter returns an error only when it could not decide; the rule's
-// FailurePolicy decides then. A denial is a Result with Allowed false.
-type Limiter interface {
-	AllowN(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error)
-}
-
-// Refunder is a Limiter that can give back what a decision took. The
-// engine finds it by interface assertion, so any limiter that gains the
-// method is refunded from then on.
-type Refunder interface {
-	Refund(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) error
-}
-
-// Peeker is a Limiter that reports a key's state without spending.
-type Peeker interface {
-	Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error)
-}
-
-// Resetter is a Limiter that can forget a key.
-type Resetter interface {
-	Reset(ctx context.Context, key string) error
-}
-
 var (
-	_ Limiter  = (*hlsync.Limiter)(nil)
-	_ Limiter  = (*global.Limiter)(nil)
-	_ Limiter  = (*Local)(nil)
-	_ Refunder = (*global.Limiter)(nil)
-	_ Refunder = (*Local)(nil)
-	_ Resetter = (*global.Limiter)(nil)
-	_ Resetter = (*Local)(nil)
+	_ hybridlimit.Limiter   = (*hlsync.Limiter)(nil)
+	_ hybridlimit.Limiter   = (*global.Limiter)(nil)
+	_ hybridlimit.Limiter   = (*Local)(nil)
+	_ hybridlimit.Refunder  = (*global.Limiter)(nil)
+	_ hybridlimit.Refunder  = (*Local)(nil)
+	_ hybridlimit.Resetter  = (*global.Limiter)(nil)
+	_ hybridlimit.Resetter  = (*Local)(nil)
+	_ hybridlimit.Describer = (*Local)(nil)
 )
 
 // Local adapts a *local.Table, an in-process token bucket per key, to
-// Limiter. Each process enforces the limit on its own: with n replicas
-// behind a load balancer a client gets up to n times the limit. Use it for
-// limits that protect the process itself, or where no Redis is at hand.
+// hybridlimit.Limiter. Each process enforces the limit on its own: with n
+// replicas behind a load balancer a client gets up to n times the limit.
+// Use it for limits that protect the process itself, or where no Redis is
+// at hand. It refunds, peeks, resets keys and says what it is.
 //
 // A Local is safe for concurrent use; it starts no goroutine. The Table
 // evicts keys only when it is full or when you call its Sweep.
@@ -63,7 +39,7 @@ type Local struct {
 
 // ErrNilTable is returned by NewLocal for a nil table and by the methods of
 // a Local not made by NewLocal.
-var ErrNilTable = errors.New("nil local table")
+var ErrNilTable = errors.New("rules: nil local table")
 
 // NewLocal returns a Local deciding with t, which must be made by
 // local.NewTable: a nil or zero Table would fail every decision, and a
@@ -138,6 +114,15 @@ func (l *Local) Refund(_ context.Context, key string, limit hybridlimit.Limit, c
 	return t.Add(key, time.Now(), limit, cost)
 }
 
+// Traits says what the Local is: a local token bucket. A nil Local, or one
+// not made by NewLocal, says nothing.
+func (l *Local) Traits() hybridlimit.Traits {
+	if l == nil || l.t == nil {
+		return hybridlimit.Traits{}
+	}
+	return hybridlimit.Traits{Kind: "local", Shape: hybridlimit.ShapeTokens}
+}
+
 // Reset forgets key: its next decision finds a full bucket (see
 // local.Table.Delete).
 func (l *Local) Reset(_ context.Context, key string) error {
@@ -152,29 +137,21 @@ func (l *Local) Reset(_ context.Context, key string) error {
 	return nil
 }
 
-// Kind names the kind of a Limiter, as logs and metrics label it:
-// "hybrid", "global" (the exact limiters, sharding.Global included),
-// "local", or "custom" for any other implementation.
-func Kind(l Limiter) string {
-	switch l.(type) {
-	case *hlsync.Limiter:
-		return "hybrid"
-	case *global.Limiter, algorithmer:
-		return "global"
-	case *Local:
-		return "local"
+// Kind names the kind of a Limiter, as logs and metrics label it: the
+// Kind of its Traits ("hybrid", "global" for the exact limiters, "local"),
+// or "custom" for a limiter that does not say.
+func Kind(l hybridlimit.Limiter) string {
+	if d, ok := l.(hybridlimit.Describer); ok && d.Traits().Kind != "" {
+		return d.Traits().Kind
 	}
 	return "custom"
 }
 
-// algorithmer is a limiter that says its exact algorithm: global.Limiter
-// and sharding.Global. Their zero values say 0.
-type algorithmer interface{ Algorithm() global.Algorithm }
-
 // usable reports why l cannot decide, before any request: nil, a typed
 // nil (which would panic or fail every decision, and under FailOpen limit
-// nothing), or a zero value of a limiter of this module.
-func usable(l Limiter) error {
+// nothing), or a zero value of a limiter of this module, which says nothing
+// of itself.
+func usable(l hybridlimit.Limiter) error {
 	if l == nil {
 		return errors.New("nil")
 	}
@@ -185,15 +162,11 @@ func usable(l Limiter) error {
 			return fmt.Errorf("a nil %T", l)
 		}
 	}
-	switch x := l.(type) {
-	case *Local:
-		if x.t == nil {
+	if d, ok := l.(hybridlimit.Describer); ok && d.Traits() == (hybridlimit.Traits{}) {
+		if _, ok := l.(*Local); ok {
 			return errors.New("a Local not made by NewLocal")
 		}
-	case algorithmer:
-		if x.Algorithm() == 0 {
-			return fmt.Errorf("a %T not made by its constructor", l)
-		}
+		return fmt.Errorf("a %T not made by its constructor", l)
 	}
 	return nil
 }

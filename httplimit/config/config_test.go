@@ -1,4 +1,4 @@
-package httplimit
+package config
 
 import (
 	"encoding/json"
@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/rules"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -67,11 +69,11 @@ const configJSON = `{
 }`
 
 func TestParseConfig(t *testing.T) {
-	y, err := ParseConfig([]byte(configYAML), YAML)
+	y, err := Parse([]byte(configYAML), YAML)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := ParseConfig([]byte(configJSON), JSON)
+	j, err := Parse([]byte(configJSON), JSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("YAML and JSON differ:\n%+v\n%+v", y, j)
 	}
 	// JSON is YAML too.
-	if jy, err := ParseConfig([]byte(configJSON), YAML); err != nil || !reflect.DeepEqual(jy, j) {
+	if jy, err := Parse([]byte(configJSON), YAML); err != nil || !reflect.DeepEqual(jy, j) {
 		t.Errorf("JSON parsed as YAML = %+v, %v", jy, err)
 	}
 	want := RuleConfig{
@@ -150,12 +152,20 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad forwarding header", `{"client_ip": {"header": "x-real-ip"}}`, `client_ip.header: "x-real-ip" is not`},
 		{"bad ipv6 prefix", `{"client_ip": {"ipv6_prefix": 129}}`, "client_ip.ipv6_prefix: 129 is outside [1, 128]"},
 		{"field name with a dot", `{"client_ip": {"a.b": 1}}`, `client_ip["a.b"]: unknown field`},
+		{"name as number", rule(`"name": 5, "limit": {"rate": 1, "period": "1s"}, "key": "ip"`), `rules[1].name: want a string, got 5`},
+		{"null name", rule(`"name": null, "limit": {"rate": 1, "period": "1s"}, "key": "ip"`), `rules[1].name: want a string, got null`},
+		{"rate as float", rule(`"name": "r", "key": "ip", "limit": {"rate": 10.0, "period": "1s"}`), `rules[1].limit.rate: want an integer, got 10.0`},
+		{"shadow as on", rule(base + `, "shadow": "on"`), `rules[1].shadow: want true or false, got "on"`},
+		{"key as number", rule(`"name": "r", "limit": {"rate": 1, "period": "1s"}, "key": 7`), `rules[1].key: want a string or a list of strings, got 7`},
+		{"key part as number", rule(`"name": "r", "limit": {"rate": 1, "period": "1s"}, "key": ["ip", 7]`), `rules[1].key[1]: want a string, got 7`},
+		{"period as list", rule(`"name": "r", "key": "ip", "limit": {"rate": 1, "period": [1]}`), `rules[1].limit.period: want a duration such as "1m" or a number of seconds, got a list`},
+		{"headers as string", `{"headers": "legacy"}`, `headers: want an object, got "legacy"`},
 	}
 	for _, tt := range tests {
 		for _, f := range []Format{JSON, YAML} {
-			_, err := ParseConfig([]byte(tt.json), f)
-			var ce *ConfigError
-			if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "httplimit: config: "+tt.want) {
+			_, err := Parse([]byte(tt.json), f)
+			var ce *Error
+			if !errors.Is(err, ErrInvalid) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "httplimit: config: "+tt.want) {
 				t.Errorf("%s (%s): ParseConfig = %v, want a ConfigError containing %q", tt.name, f, err, tt.want)
 			}
 		}
@@ -182,17 +192,23 @@ func TestParseConfigSyntax(t *testing.T) {
 		{"yaml merge key", YAML, "base: &b {rate: 1}\nrules: [{<<: *b}]\n", "only plain field names"},
 		{"yaml alias bomb", YAML, aliasBomb(), "more than 100000 values"},
 		{"yaml top-level list", YAML, "- 1\n", "want an object, got a list"},
+		// Errors name the field and its line, also through an alias.
+		{"yaml unknown field's line", YAML, "rules:\n  - name: a\n    limit: {rate: 1, period: 1s}\n    key: ip\n    colour: red\n", "rules[0].colour: unknown field (line 5)"},
+		{"yaml mistyped field's line", YAML, "rules:\n  - name: a\n    limit: {rate: x, period: 1s}\n    key: ip\n", `rules[0].limit.rate: want an integer, got "x" (line 3)`},
+		{"yaml aliased fraction", YAML, "n: &n 1.5\nrules: []\n", "n: unknown field"},
+		{"yaml fraction through an alias", YAML, "rules:\n  - {name: a, limit: {rate: &r 2.5, period: 1s}, key: ip}\n  - {name: b, limit: {rate: *r, period: 1s}, key: ip}\n", "rules[0].limit.rate: want an integer, got 2.5 (line 2)"},
+		{"yaml duration's line", YAML, "rules:\n  - name: a\n    limit: {rate: 1, period: soon}\n    key: ip\n", `rules[0].limit.period: want a duration such as "1m" or a number of seconds, got "soon" (line 3)`},
 	}
 	for _, tt := range tests {
-		_, err := ParseConfig([]byte(tt.in), tt.format)
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+		_, err := Parse([]byte(tt.in), tt.format)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: ParseConfig = %v, want an error containing %q", tt.name, err, tt.want)
 		}
 	}
-	if _, err := ParseConfig([]byte(`{}`), Format(9)); err == nil {
+	if _, err := Parse([]byte(`{}`), Format(9)); err == nil {
 		t.Errorf("ParseConfig with an unknown format succeeded")
 	}
-	if _, err := ParseConfig(make([]byte, maxConfigSize+1), JSON); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Parse(make([]byte, maxConfigSize+1), JSON); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseConfig of an oversized file = %v", err)
 	}
 }
@@ -203,7 +219,7 @@ func TestParseConfigSyntax(t *testing.T) {
 func TestConfigDecimalSeconds(t *testing.T) {
 	for ms := int64(1); ms <= 100_000; ms += 7 {
 		in := fmt.Sprintf(`{"rules":[{"name":"a","limit":{"rate":1,"period":%d.%03d},"key":"ip"}]}`, ms/1000, ms%1000)
-		c, err := ParseConfig([]byte(in), JSON)
+		c, err := Parse([]byte(in), JSON)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,23 +253,23 @@ func TestLoadConfigFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := LoadConfigFile(path)
+		c, err := LoadFile(path)
 		if err != nil || len(c.Rules) != 3 {
 			t.Errorf("LoadConfigFile(%s) = %+v, %v", name, c, err)
 		}
 	}
-	if _, err := LoadConfigFile(filepath.Join(dir, "c.toml")); err == nil {
+	if _, err := LoadFile(filepath.Join(dir, "c.toml")); err == nil {
 		t.Error("LoadConfigFile(.toml) succeeded")
 	}
-	if _, err := LoadConfigFile(filepath.Join(dir, "missing.json")); err == nil {
+	if _, err := LoadFile(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("LoadConfigFile of a missing file succeeded")
 	}
 	bad := filepath.Join(dir, "bad.json")
 	_ = os.WriteFile(bad, []byte(`{"rules": [{"name": "x"}]}`), 0o600)
-	if _, err := LoadConfigFile(bad); err == nil || !strings.Contains(err.Error(), "bad.json: httplimit: config: rules[0]") {
+	if _, err := LoadFile(bad); err == nil || !strings.Contains(err.Error(), "bad.json: httplimit: config: rules[0]") {
 		t.Errorf("LoadConfigFile(bad.json) = %v, want the path and field", err)
 	}
-	if c, err := LoadConfig(strings.NewReader(configJSON), JSON); err != nil || len(c.Rules) != 3 {
+	if c, err := Load(strings.NewReader(configJSON), JSON); err != nil || len(c.Rules) != 3 {
 		t.Errorf("LoadConfig = %+v, %v", c, err)
 	}
 }
@@ -263,7 +279,7 @@ func TestLoadConfigFile(t *testing.T) {
 func TestConfigMiddleware(t *testing.T) {
 	redistest.NoLeaks(t)
 	rdb := redistest.Standalone(t)
-	c, err := ParseConfig([]byte(configYAML), YAML)
+	c, err := Parse([]byte(configYAML), YAML)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +308,7 @@ func TestConfigMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r := built[1]; r.Limit != (hybridlimit.Limit{Rate: 1000, Period: time.Minute, Burst: 500}) || r.Cost != 2 ||
-		r.OnError != FailClosed || r.FailRetry != 1500*time.Millisecond || !r.Shadow || r.QuotaUnit != UnitRequests {
+		r.OnError != hybridlimit.FailClosed || r.FailRetry != 1500*time.Millisecond || !r.Shadow || r.QuotaUnit != rules.UnitRequests {
 		t.Errorf("rules[1] = %+v", r)
 	}
 
@@ -306,12 +322,12 @@ func TestConfigMiddleware(t *testing.T) {
 	}
 	// The per-ip key honours the Forwarded header from a trusted proxy
 	// and the /56 mask.
-	hybrid.keys = nil
+	hybrid.Keys = nil
 	if _, err := m.Check(req("10.1.1.1:5", "Forwarded", `for="[2001:db8:aa:bb01::9]:1"`)); err != nil {
 		t.Fatal(err)
 	}
-	if len(hybrid.keys) != 1 || hybrid.keys[0] != "per-ip|2001:db8:aa:bb00::/56" {
-		t.Errorf("hybrid keys = %q", hybrid.keys)
+	if len(hybrid.Keys) != 1 || hybrid.Keys[0] != "per-ip|2001:db8:aa:bb00::/56" {
+		t.Errorf("hybrid keys = %q", hybrid.Keys)
 	}
 	// The per-key rule needs X-Key and is exempt for 192.0.2.0/24 or X-Internal.
 	before := m.Stats().Rules[1].Outcomes
@@ -332,14 +348,14 @@ func TestConfigMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := m.Stats().Rules[1].Outcomes
-	if after[OutcomeAllowed]-before[OutcomeAllowed] != 1 || after[OutcomeExempt]-before[OutcomeExempt] != 2 ||
-		after[OutcomeNoKey]-before[OutcomeNoKey] != 1 || after[OutcomeSkipped]-before[OutcomeSkipped] != 1 {
+	if after[rules.OutcomeAllowed]-before[rules.OutcomeAllowed] != 1 || after[rules.OutcomeExempt]-before[rules.OutcomeExempt] != 2 ||
+		after[rules.OutcomeNoKey]-before[rules.OutcomeNoKey] != 1 || after[rules.OutcomeSkipped]-before[rules.OutcomeSkipped] != 1 {
 		t.Errorf("per-key outcomes went from %v to %v", before, after)
 	}
 	// The legacy option is on.
 	w := httptest.NewRecorder()
 	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, req("198.51.100.1:1"))
-	if w.Header().Get(HeaderLegacyLimit) == "" {
+	if w.Header().Get(httplimit.HeaderLegacyLimit) == "" {
 		t.Errorf("no legacy fields: %v", w.Header())
 	}
 	if _, err := c.Build(Env{Hybrid: hybrid, Redis: rdb, User: nil}); err != nil {
@@ -352,7 +368,7 @@ func TestConfigMiddleware(t *testing.T) {
 }
 
 // FuzzParseConfig feeds arbitrary bytes to both parsers: they must not
-// panic, must fail with a ConfigError, and what they accept must validate
+// panic, must fail with a Error, and what they accept must validate
 // and parse the same once more.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(configYAML), true)
@@ -365,9 +381,9 @@ func FuzzParseConfig(f *testing.F) {
 		if yaml {
 			format = YAML
 		}
-		c, err := ParseConfig(data, format)
+		c, err := Parse(data, format)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidConfig) {
+			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("ParseConfig error %v is not ErrInvalidConfig", err)
 			}
 			return
@@ -375,7 +391,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("accepted config fails Validate: %v", err)
 		}
-		c2, err := ParseConfig(data, format)
+		c2, err := Parse(data, format)
 		if err != nil || !reflect.DeepEqual(c, c2) {
 			t.Fatalf("second parse = %+v, %v", c2, err)
 		}
@@ -387,7 +403,7 @@ func FuzzParseConfig(f *testing.F) {
 // on a Unix socket applies.
 func TestConfigTrustUnixPeer(t *testing.T) {
 	for _, v := range []bool{false, true} {
-		c, err := ParseConfig([]byte(fmt.Sprintf(`{"client_ip": {"trust_unix_peer": %v}}`, v)), JSON)
+		c, err := Parse([]byte(fmt.Sprintf(`{"client_ip": {"trust_unix_peer": %v}}`, v)), JSON)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,8 +416,8 @@ func TestConfigTrustUnixPeer(t *testing.T) {
 
 // TestConfigEmbeds decodes a RuleConfig list inside an application's own
 // config with yaml.v3 and encoding/json, strict: yaml.Unmarshal into
-// httplimit.Config failed on "1m" and "ip". Unknown fields are errors with
-// KnownFields and DisallowUnknownFields, as in ParseConfig.
+// config.Config failed on "1m" and "ip". Unknown fields are errors with
+// KnownFields and DisallowUnknownFields, as in Parse.
 func TestConfigEmbeds(t *testing.T) {
 	type app struct {
 		Listen string `yaml:"listen" json:"listen"`
@@ -437,8 +453,8 @@ func TestConfigEmbeds(t *testing.T) {
 	if err := jd.Decode(&b); err == nil || !strings.Contains(err.Error(), "rte") {
 		t.Errorf("json with an unknown field: %v", err)
 	}
-	// The path of the field, in ParseConfig's errors.
-	if _, err := ParseConfig([]byte("rules:\n  - name: a\n    limit: {rate: 1, period: 1s, burts: 2}\n    key: ip\n"), YAML); err == nil ||
+	// The path of the field, in Parse's errors.
+	if _, err := Parse([]byte("rules:\n  - name: a\n    limit: {rate: 1, period: 1s, burts: 2}\n    key: ip\n"), YAML); err == nil ||
 		!strings.Contains(err.Error(), "rules[0].limit.burts: unknown field") {
 		t.Errorf("ParseConfig = %v, want the path rules[0].limit.burts", err)
 	}
@@ -447,7 +463,7 @@ func TestConfigEmbeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := ParseConfig(out, YAML)
+	back, err := Parse(out, YAML)
 	if err != nil || !reflect.DeepEqual(back.Rules[0], want) || strings.Contains(string(out), "shadow") {
 		t.Errorf("marshalled %s, parsed back %+v, %v", out, back, err)
 	}
@@ -459,7 +475,7 @@ func TestConfigReload(t *testing.T) {
 	loc := newLocal(t)
 	env := Env{Local: loc}
 	parse := func(doc string) *Config {
-		c, err := ParseConfig([]byte(doc), YAML)
+		c, err := Parse([]byte(doc), YAML)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -479,8 +495,8 @@ func TestConfigReload(t *testing.T) {
 	if err := parse("headers: {legacy: true}\nrules:\n  - {name: a, limiter: local, limit: {rate: 3, period: 1h}, key: static:x}\n").Reload(m, env); err != nil {
 		t.Fatal(err)
 	}
-	if w := check(); w.Code != 200 || w.Header().Get(HeaderLegacyRemaining) != "0" {
-		t.Errorf("third request after the reload: %d, legacy remaining %q; want 200 and 0", w.Code, w.Header().Get(HeaderLegacyRemaining))
+	if w := check(); w.Code != 200 || w.Header().Get(httplimit.HeaderLegacyRemaining) != "0" {
+		t.Errorf("third request after the reload: %d, legacy remaining %q; want 200 and 0", w.Code, w.Header().Get(httplimit.HeaderLegacyRemaining))
 	}
 	if w := check(); w.Code != 429 {
 		t.Errorf("fourth request: %d, want 429", w.Code)

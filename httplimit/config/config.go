@@ -1,4 +1,4 @@
-package httplimit
+package config
 
 import (
 	"errors"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/global"
+	"github.com/hybridlimit/hybridlimit/httplimit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // Format is the syntax of a config file.
@@ -39,8 +41,10 @@ func (f Format) String() string {
 // are named by their yaml and json tags, so a Config (or a RuleConfig)
 // embeds in an application's own config and decodes with yaml.v3 or
 // encoding/json; turn on yaml.Decoder.KnownFields and
-// json.Decoder.DisallowUnknownFields for the strictness ParseConfig has, which
-// also names the field of every error. This YAML shows all of them:
+// json.Decoder.DisallowUnknownFields to refuse unknown fields. Parse
+// decodes with KnownFields too, refuses the scalars yaml.v3 would convert
+// (1.5 for an integer, "yes" for a bool, a number for a string), and names
+// the field and line of every error. This YAML shows all of them:
 //
 //	headers:
 //	  legacy: true          # also send X-RateLimit-*
@@ -132,35 +136,35 @@ type MatchConfig struct {
 	Headers map[string]StringList `yaml:"headers,omitempty" json:"headers,omitzero"`
 }
 
-// ErrInvalidConfig is wrapped by every error about a config's content.
-var ErrInvalidConfig = errors.New("httplimit: invalid config")
+// ErrInvalid is wrapped by every error about a config's content.
+var ErrInvalid = errors.New("httplimit: invalid config")
 
-// ConfigError is an error in a config, at the field that Path names, such
+// Error is an error in a config, at the field that Path names, such
 // as "rules[1].limit.period"; Path is empty for a syntax error.
-type ConfigError struct {
+type Error struct {
 	Path string
 	Err  error
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	if e.Path == "" {
 		return "httplimit: config: " + e.Err.Error()
 	}
 	return "httplimit: config: " + e.Path + ": " + e.Err.Error()
 }
 
-// Unwrap returns ErrInvalidConfig and the underlying error.
-func (e *ConfigError) Unwrap() []error { return []error{ErrInvalidConfig, e.Err} }
+// Unwrap returns ErrInvalid and the underlying error.
+func (e *Error) Unwrap() []error { return []error{ErrInvalid, e.Err} }
 
-func pathError(path string, err error) error { return &ConfigError{Path: path, Err: err} }
+func pathError(path string, err error) error { return &Error{Path: path, Err: err} }
 
 // maxConfigSize bounds a config file.
 const maxConfigSize = 1 << 20
 
-// ParseConfig parses and validates a config in the given format. Unknown
+// Parse parses and validates a config in the given format. Unknown
 // and duplicate fields are errors, as are values of the wrong type; every
-// error is a *ConfigError naming the field.
-func ParseConfig(data []byte, format Format) (*Config, error) {
+// error is a *Error naming the field.
+func Parse(data []byte, format Format) (*Config, error) {
 	if len(data) > maxConfigSize {
 		return nil, pathError("", fmt.Errorf("%d bytes, more than %d", len(data), maxConfigSize))
 	}
@@ -177,18 +181,18 @@ func ParseConfig(data []byte, format Format) (*Config, error) {
 	return &c, nil
 }
 
-// LoadConfig reads a config from r (at most 1 MiB) and parses it.
-func LoadConfig(r io.Reader, format Format) (*Config, error) {
+// Load reads a config from r (at most 1 MiB) and parses it.
+func Load(r io.Reader, format Format) (*Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: read config: %w", err)
 	}
-	return ParseConfig(data, format)
+	return Parse(data, format)
 }
 
-// LoadConfigFile reads and parses a config file, its format told by its
+// LoadFile reads and parses a config file, its format told by its
 // extension: .json, or .yaml or .yml.
-func LoadConfigFile(path string) (*Config, error) {
+func LoadFile(path string) (*Config, error) {
 	var f Format
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
@@ -202,7 +206,7 @@ func LoadConfigFile(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	c, err := ParseConfig(data, f)
+	c, err := Parse(data, f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -210,7 +214,7 @@ func LoadConfigFile(path string) (*Config, error) {
 }
 
 // Validate checks what the file can get wrong without a limiter at hand,
-// and returns a *ConfigError naming the first invalid field.
+// and returns a *Error naming the first invalid field.
 func (c *Config) Validate() error {
 	if _, err := c.clientIP(); err != nil {
 		return err
@@ -219,7 +223,7 @@ func (c *Config) Validate() error {
 	for i := range c.Rules {
 		r := &c.Rules[i]
 		p := fmt.Sprintf("rules[%d]", i)
-		if err := checkName(r.Name); err != nil {
+		if err := rules.CheckName(r.Name); err != nil {
 			return pathError(p+".name", err)
 		}
 		if j, dup := seen[r.Name]; dup {
@@ -250,14 +254,14 @@ func (c *Config) Validate() error {
 			return pathError(p+".fail_retry", errors.New("must be >= 0"))
 		}
 		switch r.QuotaUnit {
-		case "", UnitRequests, UnitContentBytes, UnitConcurrentRequests:
+		case "", rules.UnitRequests, rules.UnitContentBytes, rules.UnitConcurrentRequests:
 		default:
-			return pathError(p+".quota_unit", fmt.Errorf("%q is not %s, %s or %s", r.QuotaUnit, UnitRequests, UnitContentBytes, UnitConcurrentRequests))
+			return pathError(p+".quota_unit", fmt.Errorf("%q is not %s, %s or %s", r.QuotaUnit, rules.UnitRequests, rules.UnitContentBytes, rules.UnitConcurrentRequests))
 		}
-		if _, err := r.Match.predicate(p+".match", nil, AllOf); err != nil {
+		if _, err := r.Match.predicate(p+".match", nil, rules.AllOf[*http.Request]); err != nil {
 			return err
 		}
-		if _, err := r.Exempt.predicate(p+".exempt", nil, AnyOf); err != nil {
+		if _, err := r.Exempt.predicate(p+".exempt", nil, rules.AnyOf[*http.Request]); err != nil {
 			return err
 		}
 	}
@@ -318,12 +322,12 @@ func (r *RuleConfig) limit(p string) (hybridlimit.Limit, error) {
 	return l, nil
 }
 
-func failurePolicy(s, p string) (FailurePolicy, error) {
+func failurePolicy(s, p string) (hybridlimit.FailurePolicy, error) {
 	switch s {
 	case "", "open":
-		return FailOpen, nil
+		return hybridlimit.FailOpen, nil
 	case "closed":
-		return FailClosed, nil
+		return hybridlimit.FailClosed, nil
 	}
 	return 0, pathError(p+".on_error", fmt.Errorf("%q is not open or closed", s))
 }
@@ -350,22 +354,22 @@ func checkKeyPart(part string) error {
 }
 
 // clientIP returns the ClientIP the config describes.
-func (c *Config) clientIP() (*ClientIP, error) {
-	ps, err := ParsePrefixes(c.ClientIP.TrustedProxies...)
+func (c *Config) clientIP() (*httplimit.ClientIP, error) {
+	ps, err := httplimit.ParsePrefixes(c.ClientIP.TrustedProxies...)
 	if err != nil {
 		for i, s := range c.ClientIP.TrustedProxies {
-			if _, e := ParsePrefixes(s); e != nil {
+			if _, e := httplimit.ParsePrefixes(s); e != nil {
 				return nil, pathError(fmt.Sprintf("client_ip.trusted_proxies[%d]", i), fmt.Errorf("%q is not an address or CIDR prefix", s))
 			}
 		}
 	}
-	res := &ClientIP{TrustedProxies: ps, IPv4Prefix: c.ClientIP.IPv4Prefix, IPv6Prefix: c.ClientIP.IPv6Prefix,
+	res := &httplimit.ClientIP{TrustedProxies: ps, IPv4Prefix: c.ClientIP.IPv4Prefix, IPv6Prefix: c.ClientIP.IPv6Prefix,
 		TrustUnixPeer: c.ClientIP.TrustUnixPeer}
 	switch strings.ToLower(c.ClientIP.Header) {
 	case "", "x-forwarded-for":
-		res.Header = XForwardedFor
+		res.Header = httplimit.XForwardedFor
 	case "forwarded":
-		res.Header = Forwarded
+		res.Header = httplimit.Forwarded
 	default:
 		return nil, pathError("client_ip.header", fmt.Errorf("%q is not x-forwarded-for or forwarded", c.ClientIP.Header))
 	}
@@ -380,18 +384,18 @@ func (c *Config) clientIP() (*ClientIP, error) {
 
 // predicate returns the function m describes, combined with combine
 // (AnyOf or AllOf), or nil if m is empty; p is m's path.
-func (m *MatchConfig) predicate(p string, res *ClientIP, combine func(...func(*http.Request) bool) func(*http.Request) bool) (func(*http.Request) bool, error) {
+func (m *MatchConfig) predicate(p string, res *httplimit.ClientIP, combine func(...func(*http.Request) bool) func(*http.Request) bool) (func(*http.Request) bool, error) {
 	var fns []func(*http.Request) bool
 	if len(m.IPs) > 0 {
-		ps, err := ParsePrefixes(m.IPs...)
+		ps, err := httplimit.ParsePrefixes(m.IPs...)
 		if err != nil {
 			for i, s := range m.IPs {
-				if _, e := ParsePrefixes(s); e != nil {
+				if _, e := httplimit.ParsePrefixes(s); e != nil {
 					return nil, pathError(fmt.Sprintf("%s.ips[%d]", p, i), fmt.Errorf("%q is not an address or CIDR prefix", s))
 				}
 			}
 		}
-		fns = append(fns, ClientPrefixes(res, ps...))
+		fns = append(fns, httplimit.ClientPrefixes(res, ps...))
 	}
 	if len(m.Methods) > 0 {
 		for i, meth := range m.Methods {
@@ -399,7 +403,7 @@ func (m *MatchConfig) predicate(p string, res *ClientIP, combine func(...func(*h
 				return nil, pathError(fmt.Sprintf("%s.methods[%d]", p, i), fmt.Errorf("%q is not a method", meth))
 			}
 		}
-		fns = append(fns, Methods(m.Methods...))
+		fns = append(fns, httplimit.Methods(m.Methods...))
 	}
 	if len(m.Paths) > 0 {
 		for i, s := range m.Paths {
@@ -407,7 +411,7 @@ func (m *MatchConfig) predicate(p string, res *ClientIP, combine func(...func(*h
 				return nil, pathError(fmt.Sprintf("%s.paths[%d]", p, i), fmt.Errorf("%q does not start with /", s))
 			}
 		}
-		fns = append(fns, PathPrefixes(m.Paths...))
+		fns = append(fns, httplimit.PathPrefixes(m.Paths...))
 	}
 	names := make([]string, 0, len(m.Headers))
 	for name := range m.Headers {
@@ -424,7 +428,7 @@ func (m *MatchConfig) predicate(p string, res *ClientIP, combine func(...func(*h
 				return nil, pathError(fmt.Sprintf("%s[%d]", join(p+".headers", name), i), errors.New("empty value"))
 			}
 		}
-		fns = append(fns, HeaderValues(name, values...))
+		fns = append(fns, httplimit.HeaderValues(name, values...))
 	}
 	if len(fns) == 0 {
 		return nil, nil
@@ -437,36 +441,36 @@ func (m *MatchConfig) predicate(p string, res *ClientIP, combine func(...func(*h
 type Env struct {
 	// Hybrid decides rules with limiter "hybrid" (the default), usually a
 	// started *sync.Limiter shared by all of them.
-	Hybrid Limiter
+	Hybrid hybridlimit.Limiter
 	// Redis is where rules with limiter "global" keep their state; one
 	// global.Limiter is made per algorithm, with GlobalOptions.
 	Redis         hybridlimit.Redis
 	GlobalOptions []global.Option
 	// Local decides rules with limiter "local". If nil, one local.Table
 	// is made for them all.
-	Local Limiter
+	Local hybridlimit.Limiter
 	// User finds the authenticated user, for the key part "user".
-	User KeyFunc
+	User httplimit.KeyFunc
 }
 
 // Build builds the rules the config describes on the limiters of env. Its
 // errors name the field, as Validate's do.
-func (c *Config) Build(env Env) ([]Rule, error) {
+func (c *Config) Build(env Env) ([]httplimit.Rule, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	res, _ := c.clientIP() // validated
 	globals := map[global.Algorithm]*global.Limiter{}
-	rules := make([]Rule, len(c.Rules))
+	out := make([]httplimit.Rule, len(c.Rules))
 	for i := range c.Rules {
 		rc := &c.Rules[i]
 		p := fmt.Sprintf("rules[%d]", i)
 		alg, _ := rc.kind(p)
 		lim, _ := rc.limit(p)
 		pol, _ := failurePolicy(rc.OnError, p)
-		match, _ := rc.Match.predicate(p+".match", res, AllOf)
-		ex, _ := rc.Exempt.predicate(p+".exempt", res, AnyOf)
-		r := Rule{
+		match, _ := rc.Match.predicate(p+".match", res, rules.AllOf[*http.Request])
+		ex, _ := rc.Exempt.predicate(p+".exempt", res, rules.AnyOf[*http.Request])
+		r := httplimit.Rule{
 			Name: rc.Name, Limit: lim, Cost: rc.Cost, Shadow: rc.Shadow, Match: match, Exempt: ex,
 			OnError: pol, FailRetry: time.Duration(rc.FailRetry), QuotaUnit: rc.QuotaUnit,
 		}
@@ -482,7 +486,7 @@ func (c *Config) Build(env Env) ([]Rule, error) {
 				if err != nil {
 					return nil, err
 				}
-				if env.Local, err = NewLocal(t); err != nil {
+				if env.Local, err = rules.NewLocal(t); err != nil {
 					return nil, err
 				}
 			}
@@ -501,63 +505,63 @@ func (c *Config) Build(env Env) ([]Rule, error) {
 			}
 			r.Limiter = g
 		}
-		parts := make([]KeyFunc, len(rc.Key))
+		parts := make([]func(*http.Request) (string, bool), len(rc.Key))
 		for j, part := range rc.Key {
 			kind, arg, _ := strings.Cut(part, ":")
 			switch kind {
 			case "ip":
-				parts[j] = IP(res)
+				parts[j] = httplimit.IP(res)
 			case "api_key":
 				if arg == "" {
 					arg = "X-API-Key"
 				}
-				parts[j] = APIKey(arg)
+				parts[j] = httplimit.APIKey(arg)
 			case "header":
-				parts[j] = Header(arg)
+				parts[j] = httplimit.Header(arg)
 			case "user":
 				if env.User == nil {
 					return nil, pathError(fmt.Sprintf("%s.key[%d]", p, j), errors.New(`"user" needs Env.User`))
 				}
 				parts[j] = env.User
 			case "route":
-				parts[j] = Route()
+				parts[j] = httplimit.Route()
 			case "method":
-				parts[j] = Method()
+				parts[j] = httplimit.Method()
 			case "path":
-				parts[j] = Path()
+				parts[j] = httplimit.Path()
 			case "static":
-				parts[j] = Static(arg)
+				parts[j] = httplimit.Static(arg)
 			}
 		}
 		r.Key = parts[0]
 		if len(parts) > 1 {
-			r.Key = Join(parts...)
+			r.Key = rules.Join(parts...)
 		}
-		rules[i] = r
+		out[i] = r
 	}
-	return rules, nil
+	return out, nil
 }
 
 // Options returns the middleware options the config's headers section sets.
-func (c *Config) Options() []Option {
-	var opts []Option
+func (c *Config) Options() []httplimit.Option {
+	var opts []httplimit.Option
 	if c.Headers.Legacy {
-		opts = append(opts, WithLegacyHeaders())
+		opts = append(opts, httplimit.WithLegacyHeaders())
 	}
 	if c.Headers.AllPolicies {
-		opts = append(opts, WithAllPolicies())
+		opts = append(opts, httplimit.WithAllPolicies())
 	}
 	return opts
 }
 
 // Middleware builds the rules on env's limiters and returns a Middleware
 // enforcing them, with the config's options followed by opts.
-func (c *Config) Middleware(env Env, opts ...Option) (*Middleware, error) {
+func (c *Config) Middleware(env Env, opts ...httplimit.Option) (*httplimit.Middleware, error) {
 	rules, err := c.Build(env)
 	if err != nil {
 		return nil, err
 	}
-	return New(rules, append(c.Options(), opts...)...)
+	return httplimit.New(rules, append(c.Options(), opts...)...)
 }
 
 // Reload makes m enforce the config, atomically, as Middleware.Reload
@@ -565,7 +569,7 @@ func (c *Config) Middleware(env Env, opts ...Option) (*Middleware, error) {
 // An invalid config changes nothing. The limiters keep their state, so a
 // rule that keeps its name keeps its keys' quotas. Reload a file with
 //
-//	cfg, err := httplimit.LoadConfigFile(path)
+//	cfg, err := config.LoadFile(path)
 //	if err == nil {
 //		err = cfg.Reload(mw, env)
 //	}
@@ -575,7 +579,7 @@ func (c *Config) Middleware(env Env, opts ...Option) (*Middleware, error) {
 // (Env.Hybrid, Env.Redis with the same GlobalOptions) find their state
 // there, and rules with limiter "local" keep theirs only if Env.Local is
 // set, since a Build without it makes a new table.
-func (c *Config) Reload(m *Middleware, env Env) error {
+func (c *Config) Reload(m *httplimit.Middleware, env Env) error {
 	rules, err := c.Build(env)
 	if err != nil {
 		return err
@@ -583,6 +587,6 @@ func (c *Config) Reload(m *Middleware, env Env) error {
 	if err := m.Reload(rules); err != nil {
 		return err
 	}
-	m.flags.Store(&headerFlags{legacy: c.Headers.Legacy, reportAll: c.Headers.AllPolicies})
+	m.SetFields(c.Headers.Legacy, c.Headers.AllPolicies)
 	return nil
 }
