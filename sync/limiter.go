@@ -321,16 +321,18 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 	return nil
 }
 
-// Reset forgets key: its bucket reads as full again, this instance
-// forgets what it holds or owes for it at once, and every other instance
-// within a sync interval: each hears of the reset at its next presence call
-// and then sends its next message about the key, which finds its ledger
-// gone. For a split key, the parts of the layouts this instance knows it in
-// are reset: reset a split key from an instance that uses it. It fails with
-// an error wrapping hybridlimit.ErrUnavailable when Redis cannot be asked:
-// forgetting nothing if no bucket could be reset, and with the buckets
-// reset but the other instances told only at their next message if the
-// reset log could not be written.
+// Reset forgets key: its bucket reads as full again, and every instance
+// forgets what it holds or owes for it at its next message about the key,
+// which finds its ledger gone. This instance sends that message before
+// Reset returns (unless ctx or the round timeout ends first: the loop
+// sends it then); every other instance within a sync interval, as it
+// hears of the reset at its next presence call. For a split key, the parts
+// of the layouts this instance knows it in are reset: reset a split key
+// from an instance that uses it. It fails with an error wrapping
+// hybridlimit.ErrUnavailable when Redis cannot be asked: forgetting
+// nothing if no bucket could be reset, and with the buckets reset but the
+// other instances told only at their next message if the reset log could
+// not be written.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -359,24 +361,41 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 			}
 		}
 	}
-	// This instance forgets at once: the next decision starts afresh.
-	if home != nil {
-		at := home.layout()
-		for j := range at.shards {
-			if j == int(home.shard) {
-				l.drop(l.table, home)
-			} else if p := l.parts.get(partName(key, j, at)); p != nil {
-				l.drop(l.parts, p)
-			}
-		}
-	}
+	// This instance hears of the reset as the others do, only at once.
+	// Redis, not this instance, tells an entry's grants from before the
+	// reset from those after it: a message already on its way when the
+	// bucket was reset may have been granted from the full bucket, and an
+	// entry dropped here would lose that grant.
+	serial := uint64(0)
+	l.eachPart(home, func(e *entry) { serial = max(serial, l.resync(e, false)) })
 	// After the buckets: an instance that heard of the reset earlier could
 	// ask the old bucket again, and remember its denial.
 	if _, err := scripts.ResetLog.Run(ctx, l.rdb, []string{l.resetLog}, 0, key, l.ledgerTTL()); err != nil {
 		l.stats.countError(err)
 		return fmt.Errorf("sync: reset %q: the buckets are reset, but other instances hear of it only at their next message: %w: %w", key, hybridlimit.ErrUnavailable, err)
 	}
+	if serial > 0 {
+		// A round that does not answer in time leaves the messages to
+		// the loop's next.
+		_ = l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.roundTimeout))
+	}
 	return nil
+}
+
+// eachPart calls f with home and each part of home's key that this
+// instance tracks, in home's layout; with none if home is nil.
+func (l *Limiter) eachPart(home *entry, f func(*entry)) {
+	if home == nil {
+		return
+	}
+	at := home.layout()
+	for j := range at.shards {
+		if j == int(home.shard) {
+			f(home)
+		} else if e := l.parts.get(partName(home.owner, j, at)); e != nil {
+			f(e)
+		}
+	}
 }
 
 // Allow is AllowN(ctx, key, limit, 1).

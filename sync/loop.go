@@ -269,31 +269,21 @@ func (l *Limiter) heardResets(p scripts.PresenceReply) {
 	if !p.Whole || first && l.cfg.clock.Now().Sub(l.base) > l.ledgerTTLDuration() {
 		l.each(func(e *entry) {
 			if e.denyUntil.Load() != 0 {
-				l.resync(e)
+				l.resync(e, true)
 			}
 		})
 	}
 	for _, key := range p.Reset {
-		home := l.table.get(key)
-		if home == nil {
-			continue
-		}
-		at := home.layout()
-		for j := range at.shards {
-			if j == int(home.shard) {
-				l.resync(home)
-			} else if e := l.parts.get(partName(key, j, at)); e != nil {
-				l.resync(e)
-			}
-		}
+		l.eachPart(l.table.get(key), func(e *entry) { l.resync(e, true) })
 	}
 	l.resetsRead.Store(p.Now)
 }
 
-// resync drops e's remembered denial and flags it for the next round.
-func (l *Limiter) resync(e *entry) {
+// resync drops e's remembered denial and flags it for the next round,
+// whose number it returns; with wake, it wakes the loop for that round now.
+func (l *Limiter) resync(e *entry, wake bool) (serial uint64) {
 	e.denyUntil.Store(0)
-	l.flag(e, 0, true)
+	return l.flag(e, 0, wake)
 }
 
 // presenceFailed logs the first of a run of failed presence calls: the
