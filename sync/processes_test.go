@@ -326,6 +326,7 @@ type fleetReport struct {
 	worstKey             string
 	worstOver            float64  // the worst key's admitted / (B + r T) - 1
 	windowOver           int64    // tokens above the window bound, worst window of each key, summed
+	windowAt             []string // where: key+tokens@seconds the worst window ended, its length
 	falseDenials         int64    // limit denials of keys whose demand was under half their rate in the second before
 	falseAt              []string // where: key@seconds
 	degraded, denied     int64
@@ -338,10 +339,10 @@ type fleetReport struct {
 }
 
 func (r fleetReport) String() string {
-	return fmt.Sprintf("over B+rT %d of %d tokens (%.3f%%), on healthy masters %d; worst key %s %+.1f%%; window bound exceeded by %d; "+
+	return fmt.Sprintf("over B+rT %d of %d tokens (%.3f%%), on healthy masters %d; worst key %s %+.1f%%; window bound exceeded by %d %v; "+
 		"limit denials of cold keys %d %v; policy denials %d, limit denials %d, errors %d; slowest decision %v; T %v, decisions late by over 1s %d; "+
 		"fallback admitted %d; breaker opens %d",
-		r.over, r.budget, 100*float64(r.over)/float64(r.budget), r.overHealthy, r.worstKey, 100*r.worstOver, r.windowOver,
+		r.over, r.budget, 100*float64(r.over)/float64(r.budget), r.overHealthy, r.worstKey, 100*r.worstOver, r.windowOver, r.windowAt,
 		r.falseDenials, r.falseAt, r.degraded, r.denied, r.errors, r.maxDecision, r.span.Round(time.Millisecond), r.late,
 		r.fallbackAllowed, r.breakerOpens)
 }
@@ -391,6 +392,7 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 		}
 		// Window bound: the worst window of each length.
 		var worst int64
+		worstAt := ""
 		for _, w := range []int{second, buckets} {
 			bound := float64(limit.Burst) + rate*(float64(w)*fleetBucket.Seconds()+2*f.Interval.Seconds()) + float64(limit.Burst)/2
 			if f.Mode == hlsync.Optimistic {
@@ -408,10 +410,16 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 				if b >= w {
 					sum -= admitted[b-w]
 				}
-				worst = max(worst, sum-int64(bound))
+				if over := sum - int64(bound); over > worst {
+					worst = over
+					worstAt = fmt.Sprintf("%s+%d@%.1fs/%.1fs", key, over, float64(b+1)*fleetBucket.Seconds(), float64(min(w, b+1))*fleetBucket.Seconds())
+				}
 			}
 		}
 		r.windowOver += worst
+		if worst > 0 {
+			r.windowAt = append(r.windowAt, worstAt)
+		}
 		var asked int64 // in the second up to bucket b
 		for b := range admitted {
 			asked += demand[b]
