@@ -119,10 +119,9 @@ func (h routerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestRouteMisconfiguredSaysSo: a rule keyed by route in a middleware that
 // can see no route (it wraps a handler that is not a router, such as a
-// logging wrapper around the mux) limits nothing. It was counted as
-// no_key, like a missing header; now it is counted as misconfigured and
-// its first such request is logged at level Error, naming the rule and
-// the fix. A rule whose key is missing from the request itself stays
+// logging wrapper around the mux) limits nothing. It is counted as
+// misconfigured, not as no_key like a missing header, and its first such
+// request is logged at level Error, naming the rule and the fix. A rule whose key is missing from the request itself stays
 // no_key, with its own line.
 func TestRouteMisconfiguredSaysSo(t *testing.T) {
 	var logs bytes.Buffer

@@ -509,8 +509,8 @@ func TestCoreSetLimit(t *testing.T) {
 // TestCoreSetLimitKeepsTokens is the raise an operator makes during an
 // incident: 10/s drained, raised to 100/s 500ms later. The bucket holds the
 // 5 tokens it refilled by then, as x/time/rate's would, and refills at the
-// new rate from there; it used to keep the instant it would have been full
-// under the old limit, and held nothing until 900ms after the change.
+// new rate from there, rather than keep the instant it would have been full
+// under the old limit, which would hold nothing until 900ms after the change.
 func TestCoreSetLimitKeepsTokens(t *testing.T) {
 	from, to := hybridlimit.PerSecond(10), hybridlimit.PerSecond(100)
 	const t0, half = int64(time.Hour), int64(500 * time.Millisecond)

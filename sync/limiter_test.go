@@ -272,10 +272,9 @@ func TestOptimisticStaysWithinBound(t *testing.T) {
 				// The bound holds while every report lands within an
 				// allowance's life (10 intervals plus the round timeout,
 				// design 7), so the rounds here may take a second on a
-				// machine loaded by the rest of the suite. (This test
-				// once admitted [4200 0 0 4200]: a grant whose reply came
-				// back after it lapsed in Redis was spent, which
-				// TestLateGrantNotSpent reproduces and no longer does.)
+				// machine loaded by the rest of the suite. (A grant whose
+				// reply comes back after it lapsed in Redis is not spent:
+				// TestLateGrantNotSpent.)
 				opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithMode(hlsync.Optimistic),
 					hlsync.WithSyncInterval(50*time.Millisecond, 0.1), hlsync.WithRoundTimeout(time.Second)}
 				if tc.budget >= 0 {
