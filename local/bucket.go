@@ -240,6 +240,25 @@ func (b *Bucket) take(x, n int64, clock bool) (hybridlimit.Result, error) {
 	}
 }
 
+// ChargeAt spends n tokens at t whatever the bucket holds, as Core.Charge
+// does: what it lacks becomes debt, repaid by refill before TakeN admits
+// again. It returns Core.Charge's errors, changing nothing.
+func (b *Bucket) ChargeAt(t time.Time, n int64) (hybridlimit.Result, error) {
+	x := b.at(t)
+	for {
+		old := b.tat.Load()
+		y := b.within(x)
+		v := b.p.clock(y)
+		tat, err := b.p.charge(old, v, n)
+		if err != nil {
+			return hybridlimit.Result{Limit: b.p.limit}, err
+		}
+		if tat == old || b.tat.CompareAndSwap(old, tat) {
+			return b.p.charged(tat, y, v), nil
+		}
+	}
+}
+
 // Tokens is TokensAt(time.Now()).
 func (b *Bucket) Tokens() int64 { return b.p.tokens(b.tat.Load(), b.p.clock(b.clock())) }
 

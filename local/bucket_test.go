@@ -300,7 +300,7 @@ func FuzzBucket(f *testing.F) {
 		step := max(1, int64(l.Period)/l.Rate/4) // a quarter of a token
 		x := int64(epoch)
 		for ; len(ops) >= 3; ops = ops[3:] {
-			kind, dt, n := ops[0]%5, int64(int8(ops[1])), int64(int8(ops[2]))
+			kind, dt, n := ops[0]%6, int64(int8(ops[1])), int64(int8(ops[2]))
 			x += dt * step
 			at := b.base.Add(time.Duration(x - epoch))
 			switch kind {
@@ -325,6 +325,12 @@ func FuzzBucket(f *testing.F) {
 			case 4:
 				if got, want := b.TokensAt(at), c.Tokens(x); got != want {
 					t.Fatalf("TokensAt(%d) = %d, want %d", x, got, want)
+				}
+			case 5: // usage past what is left, up to about twice the largest burst
+				got, gotErr := b.ChargeAt(at, 4*n)
+				want, wantErr := c.Charge(x, 4*n)
+				if got != want || !sameErr(gotErr, wantErr) {
+					t.Fatalf("ChargeAt(%d, %d) = %+v, %v; want %+v, %v", x, 4*n, got, gotErr, want, wantErr)
 				}
 			}
 			if got := b.tat.Load(); got != c.tat {

@@ -110,6 +110,36 @@ func (c *Core) Peek(now, n int64) (hybridlimit.Result, error) {
 	return c.p.result(c.tat, now, v, n, ok), nil
 }
 
+// Charge spends n tokens at now whatever the bucket holds, for usage that
+// has happened (the tokens of a reply, known only once it ends): what the
+// bucket lacks becomes debt, which refill repays before Take admits
+// anything again. n may exceed Burst. Result.Allowed is true (the charge
+// landed), Remaining the tokens left after it, RetryAfter the wait for one
+// token (0 while one is left) and ResetAfter the wait for a full bucket. A
+// charge of 0 changes nothing. It returns an error wrapping
+// hybridlimit.ErrInvalidCost, and changes nothing, for a negative n or one
+// that would leave the bucket more than MaxDebt(limit) tokens short.
+func (c *Core) Charge(now, n int64) (hybridlimit.Result, error) {
+	v := c.p.clock(now)
+	tat, err := c.p.charge(c.tat, v, n)
+	if err != nil {
+		return hybridlimit.Result{Limit: c.p.limit}, err
+	}
+	c.tat = tat
+	return c.p.charged(tat, now, v), nil
+}
+
+// MaxDebt returns the most tokens a bucket of limit can be short (its
+// burst and its debt) after a Charge: as many as maxShort units hold,
+// which keeps the wrapping comparison of its state sound.
+func MaxDebt(limit hybridlimit.Limit) (int64, error) {
+	p, err := newParams(limit)
+	if err != nil {
+		return 0, err
+	}
+	return p.maxShortTokens(), nil
+}
+
 // Tokens returns the whole tokens the bucket holds at now, in [0, Burst].
 func (c *Core) Tokens(now int64) int64 { return c.p.tokens(c.tat, c.p.clock(now)) }
 
@@ -310,7 +340,8 @@ func (p *params) full(t int64) uint64 { return p.clock(t) - fullSlack }
 // earlier than a state the bucket has already been through.
 func debt(tat, v uint64) int64 { return int64(tat - v) }
 
-// units returns n tokens in units, for n in [0, Burst].
+// units returns n tokens in units, for n in [0, Burst], or a charge's n
+// up to maxShortTokens.
 func (p *params) units(n int64) uint64 { return uint64(n) * p.one }
 
 // take returns the state after taking n tokens at clock value v and whether
@@ -326,6 +357,74 @@ func (p *params) take(tat, v uint64, n int64) (uint64, bool) {
 		return tat, false
 	}
 	return from + u, true
+}
+
+// maxShortTokens is the most tokens a charge may leave a bucket short.
+func (p *params) maxShortTokens() int64 {
+	if p.one == 0 {
+		return 0
+	}
+	return int64(maxShort / p.one)
+}
+
+// charge returns the state after charging n tokens at clock value v,
+// whatever the bucket holds, or an error for a negative n or one that
+// would leave it more than maxShort units short.
+func (p *params) charge(tat, v uint64, n int64) (uint64, error) {
+	if n < 0 {
+		return tat, fmt.Errorf("local: %w: charge %d", hybridlimit.ErrInvalidCost, n)
+	}
+	if err := p.checkCharge(n); err != nil {
+		return tat, err
+	}
+	from, d := tat, debt(tat, v)
+	if d < 0 { // full: count from now
+		from, d = v, 0
+	}
+	if n == 0 {
+		return tat, nil
+	}
+	if uint64(d)+p.units(n) > maxShort {
+		return tat, p.tooDeep(n)
+	}
+	return from + p.units(n), nil
+}
+
+// checkCharge refuses a charge no bucket of the limit could take: negative,
+// or more than maxShortTokens.
+func (p *params) checkCharge(n int64) error {
+	switch {
+	case n < 0:
+		return fmt.Errorf("local: %w: charge %d", hybridlimit.ErrInvalidCost, n)
+	case n > 0 && (p.one == 0 || n > p.maxShortTokens()):
+		return p.tooDeep(n)
+	}
+	return nil
+}
+
+func (p *params) tooDeep(n int64) error {
+	return fmt.Errorf("local: %w: charge %d would leave %v more than %d tokens short",
+		hybridlimit.ErrInvalidCost, n, p.limit, p.maxShortTokens())
+}
+
+// short returns the whole tokens state tat lacks at clock value v, rounded
+// up: Burst less the tokens it holds, and its debt beyond that.
+func (p *params) short(tat, v uint64) int64 {
+	d := debt(tat, v)
+	if d <= 0 || p.one == 0 {
+		return 0
+	}
+	return int64((uint64(d) + p.one - 1) / p.one)
+}
+
+// charged is result after a charge: allowed, with the wait for one token
+// when none is left.
+func (p *params) charged(tat uint64, t int64, v uint64) hybridlimit.Result {
+	r := p.result(tat, t, v, 1, true)
+	if d := uint64(max(0, debt(tat, v))); d+p.one > p.tol {
+		r.RetryAfter = p.wait(t, d+p.one-p.tol)
+	}
+	return r
 }
 
 // tokens returns the whole tokens held in state tat at clock value v.

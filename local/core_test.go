@@ -610,6 +610,19 @@ func (g *gcraRef) take(x, n int64) hybridlimit.Result {
 	return r
 }
 
+// charge spends n tokens at x whatever the bucket holds: the debt is the
+// time the bucket takes to refill from n short of now's level.
+func (g *gcraRef) charge(x, n int64) hybridlimit.Result {
+	if n > 0 {
+		g.tat, g.full = max(x, x+g.debt(x))+n*g.T, false
+	}
+	r := hybridlimit.Result{Allowed: true, Remaining: g.tokens(x), ResetAfter: time.Duration(g.debt(x))}
+	if d := g.debt(x); d+g.T > g.B*g.T {
+		r.RetryAfter = time.Duration(d + g.T - g.B*g.T)
+	}
+	return r
+}
+
 func (g *gcraRef) tokens(x int64) int64 { return max(0, g.B-(g.debt(x)+g.T-1)/g.T) }
 
 func (g *gcraRef) add(x, n int64) {
@@ -646,7 +659,7 @@ func FuzzCore(f *testing.F) {
 		c := mustCore(t, l, x)
 		ref := &gcraRef{T: T, B: l.Burst, full: true}
 		for ; len(ops) >= 3; ops = ops[3:] {
-			kind, n := ops[0]%4, int64(int8(ops[2]))
+			kind, n := ops[0]%5, int64(int8(ops[2]))
 			x += int64(int8(ops[1])) * (T/3 + 1)
 			switch kind {
 			case 0:
@@ -671,6 +684,20 @@ func FuzzCore(f *testing.F) {
 			case 3:
 				if got, want := c.Tokens(x), ref.tokens(x); got != want {
 					t.Fatalf("%v: Tokens(%d) = %d, want %d", l, x, got, want)
+				}
+			case 4: // usage past what is left: up to about twice the largest burst
+				n *= 4
+				got, err := c.Charge(x, n)
+				if n < 0 {
+					if !errors.Is(err, hybridlimit.ErrInvalidCost) {
+						t.Fatalf("Charge(%d, %d) error = %v, want ErrInvalidCost", x, n, err)
+					}
+					continue
+				}
+				want := ref.charge(x, n)
+				want.Limit = l
+				if err != nil || got != want {
+					t.Fatalf("%v: Charge(%d, %d) = %+v, %v; want %+v", l, x, n, got, err, want)
 				}
 			}
 		}
@@ -797,6 +824,61 @@ func TestCoreSetLimitMatchesModel(t *testing.T) {
 				model, ts = tok.Sub(tok, new(big.Rat).SetInt64(cost)), now
 				fullSince = -1
 			}
+		}
+	}
+}
+
+// TestChargeCarriesDebt charges a reply's 25 tokens to a bucket of 10 a
+// second, burst 10, on Core, Bucket and Table alike: the charge lands whole,
+// 15 tokens of debt and the burst refill at 10 a second, so the next token
+// is there 1.6 s later, not before; a negative charge or one deeper than
+// MaxDebt is refused and changes nothing.
+func TestChargeCarriesDebt(t *testing.T) {
+	l := hybridlimit.PerSecond(10)
+	t0 := time.Unix(1_800_000_000, 0)
+	c := mustCore(t, l, epoch)
+	b := mustBucket(t, l)
+	tb, err := NewTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	b.SetAt(at(0), 10) // the Bucket's own axis: full at t0
+	subjects := []struct {
+		name   string
+		charge func(d time.Duration, n int64) (hybridlimit.Result, error)
+		take   func(d time.Duration) (hybridlimit.Result, error)
+	}{
+		{"core",
+			func(d time.Duration, n int64) (hybridlimit.Result, error) { return c.Charge(int64(epoch)+int64(d), n) },
+			func(d time.Duration) (hybridlimit.Result, error) { return c.Take(int64(epoch)+int64(d), 1) }},
+		{"bucket",
+			func(d time.Duration, n int64) (hybridlimit.Result, error) { return b.ChargeAt(at(d), n) },
+			func(d time.Duration) (hybridlimit.Result, error) { return b.TakeN(at(d), 1) }},
+		{"table",
+			func(d time.Duration, n int64) (hybridlimit.Result, error) { return tb.Charge("k", at(d), l, n) },
+			func(d time.Duration) (hybridlimit.Result, error) { return tb.AllowN("k", at(d), l, 1) }},
+	}
+	deepest, err := MaxDebt(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subjects {
+		r, err := s.charge(0, 25)
+		want := hybridlimit.Result{Limit: l, Allowed: true, RetryAfter: 1600 * time.Millisecond, ResetAfter: 2500 * time.Millisecond}
+		if err != nil || r != want {
+			t.Errorf("%s: Charge(25) = %+v, %v; want %+v", s.name, r, err, want)
+		}
+		if r, err := s.take(1599 * time.Millisecond); err != nil || r.Allowed || r.RetryAfter != time.Millisecond {
+			t.Errorf("%s: 1.599 s later: %+v, %v; want denied, a millisecond to wait", s.name, r, err)
+		}
+		for _, n := range []int64{-1, deepest} {
+			if _, err := s.charge(time.Second, n); !errors.Is(err, hybridlimit.ErrInvalidCost) {
+				t.Errorf("%s: Charge(%d) = %v, want ErrInvalidCost", s.name, n, err)
+			}
+		}
+		if r, err := s.take(1600 * time.Millisecond); err != nil || !r.Allowed || r.Remaining != 0 {
+			t.Errorf("%s: 1.6 s later: %+v, %v; want admitted, nothing left", s.name, r, err)
 		}
 	}
 }

@@ -465,6 +465,54 @@ func (t *Table) addLocked(s *shard, h uint64, key string, x int64, p *params, n 
 	return nil
 }
 
+// Charge spends n tokens of key's bucket at now whatever it holds (see
+// Core.Charge), adding the key if it is absent: a key in debt is kept until
+// refill repays it, and is the last a full Table evicts. It returns an
+// error, changing nothing, for a key or limit AllowN would reject and for
+// an n Core.Charge would.
+func (t *Table) Charge(key string, now time.Time, limit hybridlimit.Limit, n int64) (hybridlimit.Result, error) {
+	h, s, err := t.check(key)
+	if err != nil {
+		return hybridlimit.Result{Limit: limit}, err
+	}
+	p, err := t.params(limit)
+	if err == nil {
+		err = p.checkCharge(n)
+	}
+	if err != nil {
+		return hybridlimit.Result{Limit: limit}, err
+	}
+	x := t.at(now)
+	if e := t.find(s, h, key); e != nil && e.p.limit == limit {
+		if r, ok, err := t.charge(s, e, x, n); ok {
+			return r, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, _, err := t.charge(s, t.get(s, h, key, x, p), x, n)
+	return r, err
+}
+
+// charge charges n to e, in s, at x, and reports false if e was retired.
+func (t *Table) charge(s *shard, e *entry, x, n int64) (hybridlimit.Result, bool, error) {
+	for {
+		old := e.tat.Load()
+		if old == retired {
+			return hybridlimit.Result{}, false, nil
+		}
+		y := t.within(s, e.p, x)
+		v := e.p.clock(y)
+		tat, err := e.p.charge(old, v, n)
+		if err != nil {
+			return hybridlimit.Result{Limit: e.p.limit}, true, err
+		}
+		if tat == old || e.tat.CompareAndSwap(old, live(tat)) {
+			return e.p.charged(tat, y, v), true, nil
+		}
+	}
+}
+
 // Set makes key's bucket hold tokens at now, clamped to [0, Burst] (see
 // Core.Set), adding the key unless that leaves it full. It returns an error
 // for a key or limit AllowN would reject.
@@ -694,10 +742,10 @@ func (t *Table) reclaim(s *shard, x int64, k int) {
 }
 
 // evict retires one entry to make room: the first idle one among
-// evictSample from the hand on, or else the one short of the fewest whole
-// tokens, whose loss admits the fewest tokens early. Tokens, not shares of
-// each burst, so that among keys of different limits a key 1 token short
-// goes before one 100 tokens short of a burst of 1000.
+// evictSample from the hand on, or else the one short of the fewest
+// tokens, debt included, whose loss admits the fewest tokens early. Tokens,
+// not shares of each burst, so that among keys of different limits a key 1
+// token short goes before one 100 tokens short of a burst of 1000.
 func (t *Table) evict(s *shard, x int64) {
 	best, bestShort := uint64(0), int64(math.MaxInt64)
 	// Buckets are weighed no later than the clock: at a time ahead every
@@ -714,7 +762,7 @@ func (t *Table) evict(s *shard, x int64) {
 		}
 		e := s.index.Load().s[i].e.Load()
 		tat := e.tat.Load()
-		short := e.p.limit.Burst - e.p.tokens(tat, e.p.clock(min(t.within(s, e.p, x), clock)))
+		short := e.p.short(tat, e.p.clock(min(t.within(s, e.p, x), clock)))
 		if short < bestShort {
 			best, bestShort = i, short
 		}

@@ -608,7 +608,7 @@ func FuzzTable(f *testing.F) {
 		}
 		x, latest := int64(epoch), int64(epoch)
 		for ; len(ops) >= 4; ops = ops[4:] {
-			kind, key, l := ops[0]%8, "k"+strconv.Itoa(int(ops[1]%3)), limits[ops[1]/3%2]
+			kind, key, l := ops[0]%9, "k"+strconv.Itoa(int(ops[1]%3)), limits[ops[1]/3%2]
 			x = max(x+int64(int8(ops[2]))*step, latest-idleAfter/2)
 			latest = max(latest, x)
 			n := int64(int8(ops[3]))
@@ -661,6 +661,17 @@ func FuzzTable(f *testing.F) {
 			case 7:
 				// Insert an unrelated key, which reclaims idle ones.
 				tb.AllowN("other"+strconv.Itoa(int(ops[3])), at, l, 1)
+			case 8: // usage past what is left
+				got, gotErr := tb.Charge(key, at, l, 4*n)
+				want, wantErr := hybridlimit.Result{Limit: l}, error(nil)
+				if n >= 0 { // a refused charge converts nothing
+					want, wantErr = get(key, x, l).Charge(x, 4*n)
+				} else {
+					_, wantErr = (&Core{}).Charge(x, 4*n)
+				}
+				if got != want || !sameErr(gotErr, wantErr) {
+					t.Fatalf("Charge(%s, %d, %v, %d) = %+v, %v; want %+v, %v", key, x, l, 4*n, got, gotErr, want, wantErr)
+				}
 			}
 		}
 	})
