@@ -37,6 +37,10 @@ type LiveTarget struct {
 	// strategies: each sync call waits for that many replicas, within one
 	// sync interval (sync.WithDurableSync), so a run shows what it costs.
 	Durable int
+	// MaxWait, if above 0, is how long a hybrid decision out of allowance
+	// waits for Redis before its failure policy decides (sync.WithMaxWait);
+	// 0 keeps the limiter's default.
+	MaxWait time.Duration
 }
 
 // Bounds on a live run's workers. Each instance's client gets a pool of
@@ -197,6 +201,9 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger ti
 			opts := hybridOptions(r.strategy, prefix, k, n, r.interval, linger)
 			if t.Durable > 0 {
 				opts = append(opts, hlsync.WithDurableSync(t.Durable, r.interval))
+			}
+			if t.MaxWait > 0 {
+				opts = append(opts, hlsync.WithMaxWait(t.MaxWait))
 			}
 			l, err := hlsync.New(rig.clients[k], opts...)
 			if err != nil {

@@ -95,6 +95,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		cluster    = fs.String("cluster", "", "live: comma list of Redis Cluster nodes")
 		workers    = fs.Int("workers", 0, fmt.Sprintf("live: goroutines per instance, 1 to %d (default 2 x GOMAXPROCS)", sim.MaxWorkers))
 		durable    = fs.Int("durable", 0, "live: hybrid sync calls wait for this many replicas (WAIT), to measure durable sync")
+		maxWait    = fs.Duration("max-wait", 0, "live: how long a hybrid decision out of allowance waits for Redis before the failure policy decides (0: the limiter's default, 100ms)")
 		jsonOut    = fs.Bool("json", false, "write the report as JSON on stdout instead of the table")
 		csvFile    = fs.String("csv", "", "also write the report as CSV to `FILE`")
 		svgFile    = fs.String("svg", "", "also draw overshoot and undershoot against Redis commands per decision as SVG to `FILE`")
@@ -182,10 +183,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		cpuprof:  *cpuprof,
 	}
 	switch {
-	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"] || set["durable"]):
-		return nil, bad("-redis, -cluster, -workers and -durable need -live")
+	case !*live && (*redisAddr != "" || *cluster != "" || set["workers"] || set["durable"] || set["max-wait"]):
+		return nil, bad("-redis, -cluster, -workers, -durable and -max-wait need -live")
 	case *durable < 0 || *durable > 100:
 		return nil, bad("-durable %d is outside [0, 100]", *durable)
+	case *maxWait < 0:
+		return nil, bad("-max-wait %v is negative", *maxWait)
 	case *live && *redisAddr == "" && *cluster == "":
 		return nil, bad("-live needs -redis host:port or -cluster a,b,c")
 	case *redisAddr != "" && *cluster != "":
@@ -209,7 +212,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 			return nil, bad("-scale: %s", strings.TrimPrefix(err.Error(), "sim: "))
 		}
 	}
-	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable}
+	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable, MaxWait: *maxWait}
 	if *cluster != "" {
 		for _, a := range strings.Split(*cluster, ",") {
 			if a = strings.TrimSpace(a); a != "" {
