@@ -469,11 +469,15 @@ func TestRedisStopped(t *testing.T) {
 					t.Fatalf("%s: %v, want OK with %d remaining", phase, r, remaining)
 				}
 			}
+			// probe asks for 100 keys this replica never heard of: each
+			// gets a full share of the 20 a minute, its part of the live
+			// instances it last counted (burst 20/N rounded up), less 1.
 			probe := func(phase string) {
 				t.Helper()
+				n := max(p.metric("hybridlimit_sync_live_instances"), 1)
+				remaining := uint32(math.Ceil(20/n)) - 1
 				for i := range 100 {
-					// A key this replica never heard of: a full share.
-					answered(phase, request("basic", 0, entries("key1", phase+strconv.Itoa(i))), 19)
+					answered(phase, request("basic", 0, entries("key1", phase+strconv.Itoa(i))), remaining)
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
@@ -513,6 +517,8 @@ func TestRedisStopped(t *testing.T) {
 					t.Fatalf("another replica after Redis came back: %v, want 9 remaining (20 less 5 admitted by Redis, 5 by the share, 1 now)", r)
 				}
 			}
+			// Killed, with the second replica (if any) still counted
+			// live: the shares are halved.
 			srv.Stop()
 			probe("killed")
 			t.Logf("worst call with Redis stopped or killed: %v", worst)

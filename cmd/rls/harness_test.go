@@ -135,12 +135,21 @@ func freePort(t *testing.T) int {
 // start runs bin with env (and nothing else of the test's environment but
 // PATH and HOME) on free loopback ports, waits until its gRPC health check
 // says SERVING (the reference's ready moment), and stops it when the test
-// ends.
+// ends. A port freePort found free can be taken before the service binds it (by
+// another test's process, or an outgoing connection's ephemeral port): the
+// service then exits at once, and start tries other ports, twice at most.
 func start(t *testing.T, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
-	p := launch(t, bin, env, args...)
-	p.waitServing()
-	return p
+	for tries := 1; ; tries++ {
+		p := launch(t, bin, env, args...)
+		err := p.awaitServing()
+		if err == nil {
+			return p
+		}
+		if tries == 3 || !strings.Contains(p.out.String(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
 }
 
 // launch starts bin as start does, without waiting for it to serve.
@@ -200,8 +209,14 @@ func launchIn(t *testing.T, root string, uid uint32, bin string, env map[string]
 
 // waitServing waits until the gRPC health check says SERVING, for 20 s.
 func (p *proc) waitServing() {
-	t := p.t
-	t.Helper()
+	p.t.Helper()
+	if err := p.awaitServing(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// awaitServing is waitServing returning its failure.
+func (p *proc) awaitServing() error {
 	hc := healthpb.NewHealthClient(p.conn)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -209,15 +224,15 @@ func (p *proc) waitServing() {
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
 		cancel()
 		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-			return
+			return nil
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before serving (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
+			return fmt.Errorf("%s exited before serving (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not serving after 20s (last: %v %v):\n%s", p.cmd.Path, r, err, p.out.String())
+			return fmt.Errorf("%s not serving after 20s (last: %v %v):\n%s", p.cmd.Path, r, err, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
