@@ -332,12 +332,13 @@ func resetOptions(cfg resetConfig, id string) []hlsync.Option {
 	return opts
 }
 
-// drainKey asks for the key until it has been denied by its limit for three
-// sync intervals on end (a split key turns to another part at most once an
-// interval), and returns the cost admitted.
+// drainKey asks for the key until it has been denied by its limit for eight
+// sync intervals on end (a split key turns to another part at most once
+// every two intervals, and later on a machine loaded by other tests), and
+// returns the cost admitted.
 func drainKey(ctx context.Context, l *hlsync.Limiter, cfg resetConfig) (int64, error) {
 	var admitted int64
-	quiet := 3 * l.Interval()
+	quiet := 8 * l.Interval()
 	since := time.Now()
 	for time.Since(since) < quiet {
 		if time.Now().After(cfg.Deadline) {
