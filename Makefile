@@ -77,8 +77,8 @@ fmt-check:
 # second time with every key's allowance spread over per-CPU counters,
 # which only hot keys get by default. One at a time, on two cores: the
 # suite's clocked, multi-process and failover tests starved of CPU by a
-# second pass measure the machine, not the limiter, and failed a few times
-# in ten runs beside one. Any pass failing fails the stage; all three run.
+# second pass measure the machine, not the limiter. Any pass failing fails
+# the stage; all three run.
 # HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
 # instead of skipping them.
 RACE = HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 15m
