@@ -171,7 +171,7 @@ func TestRunWritesJSONCSVAndSVG(t *testing.T) {
 // TestRunLive runs the live mode against a real server: the table, and no
 // warning. A second per strategy, with a max wait of 2s: a fetch that
 // outlasts the default 100ms on a machine busy with other tests is the
-// failure policy's, and 1.4% of a run's decisions were, which warns.
+// failure policy's, and more than 1% of a run's decisions so decided warns.
 func TestRunLive(t *testing.T) {
 	s := redistest.StandaloneServer(t)
 	code, stdout, stderr := runSim(t, "-live", "-redis", s.Addr, "-duration", "1s", "-keys", "50", "-strategies", "exact,reserve", "-sync", "100ms", "-workers", "2", "-max-wait", "2s")
