@@ -175,6 +175,10 @@ func startOnce(directives []string) (*Server, error) {
 		"protected-mode no",
 		"loglevel warning",
 		"logfile " + filepath.Join(dir, "redis.log"),
+		// A replica's first sync starts at once: by default a master
+		// waits 5 s for more replicas to share one transfer, which made
+		// most of a cluster's start-up.
+		"repl-diskless-sync-delay 0",
 	}
 	conf = append(conf, directives...)
 	path := filepath.Join(dir, "redis.conf")
@@ -368,8 +372,9 @@ func startClusterNodes(directives ...string) (*ClusterServers, error) {
 	return c, nil
 }
 
-// waitClusterOK waits until every node reports cluster_state:ok and knows
-// all six nodes, and every replica has finished its initial sync.
+// waitClusterOK waits until every node reports cluster_state:ok, knows
+// all six nodes and every one's role, and every replica has finished its
+// initial sync.
 func waitClusterOK(c *ClusterServers, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for _, n := range c.Nodes {
@@ -378,9 +383,10 @@ func waitClusterOK(c *ClusterServers, timeout time.Duration) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := cl.ClusterInfo(ctx).Result()
 			repl, rerr := cl.Info(ctx, "replication").Result()
+			nodes, nerr := cl.ClusterNodes(ctx).Result()
 			cancel()
-			if err == nil && rerr == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, "cluster_known_nodes:6") && replicaReady(repl) {
+			if err == nil && rerr == nil && nerr == nil && strings.Contains(info, "cluster_state:ok") &&
+				strings.Contains(info, "cluster_known_nodes:6") && replicaReady(repl) && seesEveryRole(nodes) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -392,6 +398,27 @@ func waitClusterOK(c *ClusterServers, timeout time.Duration) error {
 		_ = cl.Close()
 	}
 	return nil
+}
+
+// seesEveryRole reports whether a node's CLUSTER NODES lists three
+// masters serving slots and three replicas of a master, none failing or
+// in handshake: the gossip of who replicates whom lags the cluster state,
+// and a test that asks for a slot's replicas reads this view.
+func seesEveryRole(nodes string) bool {
+	masters, replicas := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || strings.Contains(f[2], "fail") || strings.Contains(f[2], "handshake") {
+			return false
+		}
+		switch {
+		case strings.Contains(f[2], "master") && len(f) > 8:
+			masters++
+		case strings.Contains(f[2], "slave") && f[3] != "-":
+			replicas++
+		}
+	}
+	return masters == 3 && replicas == 3
 }
 
 func replicaReady(info string) bool {
