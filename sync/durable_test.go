@@ -36,6 +36,7 @@ func replicated(t *testing.T) (master, replica *redistest.Server) {
 // policy (here fail-closed) and nothing is admitted from Redis; with the
 // replica back, sync resumes by itself.
 func TestDurableSync(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	master, replica := replicated(t)
 	prefix := redistest.Prefix(t)
@@ -98,6 +99,7 @@ func TestDurableSync(t *testing.T) {
 // machine denies rather than falls back), and no call fails for want of
 // replicas.
 func TestDurableSyncCluster(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)

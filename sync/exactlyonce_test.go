@@ -22,6 +22,7 @@ import (
 // plus those left in Redis must be the budget exactly: nothing counted
 // twice, nothing lost.
 func TestExactlyOnceUnderFaults(t *testing.T) {
+	defaultBuildOnly(t)
 	faults := []struct {
 		name  string
 		apply func(p *faultproxy.Proxy)

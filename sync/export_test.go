@@ -57,3 +57,7 @@ func (l *Limiter) BeginRound() Round { return l.beginRound() }
 
 // ErrReshardRace is what a reshard that found nothing to move returns.
 var ErrReshardRace = errReshardRace
+
+// StripedBuild reports whether this build spreads every key's allowance
+// over per-CPU counters (the tag hybridlimit_stripeall).
+const StripedBuild = defaultStripeDemand == 0

@@ -44,6 +44,7 @@ import (
 //     negative, and every limiter syncs again within a few seconds of the
 //     promotion.
 func TestFailover(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaksAfterKill(t)
 	cl := redistest.NewClusterWith(t, "cluster-node-timeout 500")
 	prefix := redistest.Prefix(t)
@@ -201,6 +202,7 @@ func TestFailover(t *testing.T) {
 // taken as a sign that Redis is back while rounds have messages that fail
 // (it was, and the breaker opened and closed every few ticks).
 func TestBreakerDoesNotFlap(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaksAfterKill(t)
 	cl := redistest.NewClusterWith(t, "cluster-node-timeout 60000") // no failover during the stall
 	prefix := redistest.Prefix(t)

@@ -457,6 +457,7 @@ func analyse(logs []*fleetLog, keys []string, f fleet, faulted func(key string) 
 // absence caused must come from the failure policy, SourceFallback); no
 // error.
 func TestFleetFailover(t *testing.T) {
+	defaultBuildOnly(t)
 	if testing.Short() {
 		t.Skip("several processes for several seconds each")
 	}

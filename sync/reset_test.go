@@ -142,10 +142,14 @@ type resetReport struct {
 // admission is timed from the end of Reset. Then the two admit the budget
 // once more, not beyond it.
 func TestResetReachesEveryProcess(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	for _, cluster := range []bool{false, true} {
 		for _, shards := range []int{1, 3} {
 			t.Run(fmt.Sprintf("cluster=%v/shards=%d", cluster, shards), func(t *testing.T) {
+				// Each case has its own instances and key, and mostly
+				// waits for sync intervals to pass.
+				t.Parallel()
 				var addrs []string
 				var rdb hybridlimit.Redis
 				if cluster {
@@ -366,6 +370,7 @@ func drainKey(ctx context.Context, l *hlsync.Limiter, cfg resetConfig) (int64, e
 // one. It must be denied by the limit, never handed to the failure policy
 // as if Redis had not answered.
 func TestResetKeyTakenElsewhere(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	ls := newLimiters(t, 2, clients(t, false), hlsync.WithPrefix(redistest.Prefix(t)), split(3))
 	a, b := ls[0], ls[1]

@@ -49,6 +49,7 @@ func (h *logCount) records() []string {
 // the breaker never opens, nothing is logged, no decision returns an
 // error, and no key lacks a TTL.
 func TestScriptFlushUnderLoad(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	for _, top := range []struct {
 		name  string

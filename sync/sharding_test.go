@@ -251,6 +251,7 @@ func TestShardsBadConfig(t *testing.T) {
 // instance follows the layout in Redis, and across both moves no token is
 // lost or made: together they admit exactly the budget.
 func TestAutoSplitMovesEveryToken(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)

@@ -113,6 +113,7 @@ func TestErrorsByClass(t *testing.T) {
 // evicted total, and a Stats between the two steps missed it, so
 // Admitted, a counter, went down (3,000 -> 2,994).
 func TestAdmittedNeverGoesDown(t *testing.T) {
+	defaultBuildOnly(t)
 	rdb := redistest.Standalone(t)
 	ctx := context.Background()
 	for range 5 {

@@ -73,6 +73,7 @@ func TestCallsPerRound(t *testing.T) {
 // round sends them again to the new master, so every lease comes back and
 // no token is lost or counted twice.
 func TestSlotMovedUnderCall(t *testing.T) {
+	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	cl := redistest.NewCluster(t)
 	cc := cl.Client(t)

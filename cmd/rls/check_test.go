@@ -12,6 +12,7 @@ import (
 // that load exit 0, rules that do not exit 1 with the error naming the file
 // and the line, a missing directory exits 1.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	good := runtimeDir(t, map[string]string{"basic.yaml": basicYAML})
 	bad := runtimeDir(t, map[string]string{"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
 	twice := runtimeDir(t, map[string]string{"a.yaml": "domain: d\n", "b.yaml": "domain: d\n"})

@@ -219,6 +219,7 @@ func checkDeployment(t *testing.T, name string) serviceSpec {
 // service's manifests, and Envoy's configuration against Envoy's own
 // protos, calling the Service with descriptors the rules define.
 func TestDeployKubernetes(t *testing.T) {
+	t.Parallel()
 	spec := checkDeployment(t, "kubernetes/ratelimit.yaml")
 	if spec.env["REDIS_URL"] != "redis:6379" {
 		t.Errorf("REDIS_URL %q, want the example Redis, redis:6379", spec.env["REDIS_URL"])
@@ -279,6 +280,7 @@ func checkRuleFor(t *testing.T, c *rls.Config, domain, key, value string) {
 // Envoy's protos, naming the rules' domain and the Service's gRPC port,
 // sending a descriptor the rules limit.
 func TestDeployIstio(t *testing.T) {
+	t.Parallel()
 	spec := checkDeployment(t, "istio/ratelimit.yaml")
 	if spec.env["HOST"] != "::" || spec.env["GRPC_HOST"] != "::" {
 		t.Errorf("HOST %q, GRPC_HOST %q: want :: as Istio's sample has", spec.env["HOST"], spec.env["GRPC_HOST"])
@@ -323,6 +325,7 @@ var egEnv = map[string]string{
 // with the values' additions, is one the service takes, over xDS, with no
 // setting it does not know.
 func TestDeployEnvoyGateway(t *testing.T) {
+	t.Parallel()
 	v := yamlDocs(t, "envoy-gateway/values.yaml")[0]
 	if img := str(at(v, "global", "images", "ratelimit", "image")); !strings.Contains(img, "hybridlimit/rls") {
 		t.Errorf("values.yaml: the rate limit image is %q", img)

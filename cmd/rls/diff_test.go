@@ -35,8 +35,10 @@ func referenceBinary(t *testing.T) string {
 // headers. It runs with the reference's defaults and with
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []string{"false", "true"} {
 		t.Run("stop_increment="+stop, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writeFiles(t, filepath.Join(dir, "v1", "ratelimit", "config"), map[string]string{"basic.yaml": basicYAML})
 			root := filepath.Join(dir, "current")

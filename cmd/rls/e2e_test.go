@@ -271,6 +271,7 @@ func TestMatching(t *testing.T) {
 // one descriptor denies does not spend the other descriptors' budget; in
 // fixed-window mode it does, as the reference counts.
 func TestDeniedRequestSpendsNothingElse(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode))
@@ -298,6 +299,7 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 // gives path's token back. Once a has handed its allowance back (at exit),
 // b finds path's bucket as if the denied request never came.
 func TestRefundAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}))
 	a, b := start(t, rlsBinary(t), e), start(t, rlsBinary(t), e)
 	for i := range 5 {
@@ -322,6 +324,7 @@ func TestRefundAcrossReplicas(t *testing.T) {
 // TestHeaders: LIMIT_RESPONSE_HEADERS_ENABLED adds the headers of the
 // descriptor with the least room, under the names configured.
 func TestHeaders(t *testing.T) {
+	t.Parallel()
 	p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}),
 		"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_REMAINING_HEADER", "X-Left"))
 	r := p.mustCall(request("basic", 0, entries("key1", "h"), entries("path", "/api/h")))
@@ -337,6 +340,7 @@ func TestHeaders(t *testing.T) {
 // TestShadowModeGlobal: SHADOW_MODE turns the overall code to OK and
 // leaves each status as it is.
 func TestShadowModeGlobal(t *testing.T) {
+	t.Parallel()
 	p := start(t, rlsBinary(t), env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "SHADOW_MODE", "true"))
 	r := p.mustCall(request("basic", 0, entries("zero", "g")))
 	if r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
@@ -351,6 +355,7 @@ func TestShadowModeGlobal(t *testing.T) {
 // swapped as Kubernetes swaps a ConfigMap's, each reload the rules without
 // polling; a broken file leaves the old rules serving and counts an error.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
 	writeFiles(t, filepath.Join(v1, "config"), map[string]string{"basic.yaml": basicYAML})
@@ -529,6 +534,7 @@ func TestRedisStopped(t *testing.T) {
 // TestCluster: REDIS_TYPE=cluster on the 3+3 cluster serves the same
 // exact sequence.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.ClusterOf(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -560,6 +566,7 @@ func TestCluster(t *testing.T) {
 // stopped for well under the cluster's node timeout, so no replica takes
 // over and the cluster is as before for the tests after this one.
 func TestClusterMasterStopped(t *testing.T) {
+	t.Parallel()
 	c := redistest.ClusterOf(t)
 	e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_TYPE", "cluster",
 		"REDIS_URL", strings.Join(c.Addrs(), ","), "HYBRIDLIMIT_FAILURE_POLICY", "error")
@@ -614,6 +621,7 @@ func TestClusterMasterStopped(t *testing.T) {
 // TestEmbeddedRedis: -embedded-redis serves alone, and refuses to start
 // beside REDIS_URL.
 func TestEmbeddedRedis(t *testing.T) {
+	t.Parallel()
 	root := runtimeDir(t, map[string]string{"basic.yaml": basicYAML})
 	p := start(t, rlsBinary(t), map[string]string{"RUNTIME_ROOT": root}, "-embedded-redis")
 	if r := p.mustCall(request("basic", 0, entries("key1", "e"))); r.Statuses[0].LimitRemaining != 19 {
@@ -647,6 +655,7 @@ func execRLS(t *testing.T, env map[string]string, args ...string) *exec.Cmd {
 // TestReplicasShareOneLimit: three replicas on one Redis admit, together,
 // a 20 a minute rule's 20 requests and no more, in both modes.
 func TestReplicasShareOneLimit(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "HYBRIDLIMIT_MODE", mode)
@@ -672,6 +681,7 @@ func TestReplicasShareOneLimit(t *testing.T) {
 // TestBrokenStartup: a service whose rules do not load at start serves
 // errors and fails its health check, then serves once the file is fixed.
 func TestBrokenStartup(t *testing.T) {
+	t.Parallel()
 	root := runtimeDir(t, map[string]string{"basic.yaml": "domain: basic\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n"})
 	p := launch(t, rlsBinary(t), env(t, root))
 	waitFor(t, "the HTTP port", func() bool {
@@ -700,6 +710,7 @@ func TestBrokenStartup(t *testing.T) {
 // TestPerSecondRedis: with REDIS_PERSECOND, rules in seconds count in the
 // second Redis, the others in the first.
 func TestPerSecondRedis(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			second := redistest.Start(t)
@@ -729,6 +740,7 @@ func TestPerSecondRedis(t *testing.T) {
 
 // TestSentinel: REDIS_TYPE=sentinel finds the master through a sentinel.
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	_, masterPort, _ := strings.Cut(master.Addr, ":")
 	dir := t.TempDir()

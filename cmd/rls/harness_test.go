@@ -28,6 +28,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
+// The tests run in parallel, but for those that check for leaked
+// goroutines (redistest.NoLeaks), which would count the others': each
+// starts its own services, and most of its time is theirs to answer.
+
 // binDir holds the binaries the tests build, removed by TestMain.
 var binDir string
 

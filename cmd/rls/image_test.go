@@ -39,6 +39,7 @@ func cannotImage(t *testing.T, why string) {
 // filesystem as user 65534, which can write nowhere in it (so a read-only
 // root filesystem serves as well), against a real redis-server, over gRPC.
 func TestImage(t *testing.T) {
+	t.Parallel()
 	tool := ""
 	for _, c := range []string{"podman", "buildah"} {
 		if _, err := exec.LookPath(c); err == nil {

@@ -60,6 +60,7 @@ const egMapping = `mappings:
 // on PROMETHEUS_ADDR, with the default mapping and with a mapping file in
 // Envoy Gateway's spelling.
 func TestEnvoyGatewayMetrics(t *testing.T) {
+	t.Parallel()
 	for _, mapping := range []string{"default", "file"} {
 		t.Run(mapping, func(t *testing.T) {
 			promAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))

@@ -90,6 +90,7 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 // call is one span, the child of the caller's span, with the domain and
 // the decision, under the resource Envoy Gateway's settings name.
 func TestTracing(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"http", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
 			rcv := &otlpReceiver{}
