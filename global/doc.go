@@ -40,6 +40,13 @@
 // current count; the sliding log removes the request's entry. Reset forgets
 // a key, as if it had never been used.
 //
+// Charge spends a cost that is known only once the work ends (the tokens
+// of a reply), whatever the key holds: a bucket goes into debt, which
+// refill repays before it admits again, and a window counts past its
+// quota. Admitting on an estimate with AllowN and then charging the excess
+// (or refunding the shortfall) keeps usage exact. The concurrency limiter
+// has no charge.
+//
 // Keys are named by hybridlimit.Keyspace: prefix + "{" + escaped key + "}" +
 // ":" + kind, so the keys of one decision share a Cluster slot. Every key
 // written has a TTL on every path. A NOSCRIPT reply (script cache emptied by

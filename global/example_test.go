@@ -45,6 +45,46 @@ func ExampleLimiter_AllowAt() {
 	// t0+500ms: allowed=true remaining=0 retry-after=0s
 }
 
+// Tokens per minute in front of a model: a request is admitted on an
+// estimate of its tokens, and once the reply says how many it used, the
+// excess is charged (a shortfall refunded). A reply far past the estimate
+// puts the key in debt, which refill repays before the next admission.
+func ExampleLimiter_ChargeAt() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	l, err := global.New(rdb, global.TokenBucket)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	tokensPerMinute := hybridlimit.PerMinute(1000)
+	t0 := time.Unix(1_800_000_000, 0)
+	r, err := l.AllowAt(ctx, t0, "key:7", tokensPerMinute, 100) // the estimate
+	if err != nil || !r.Allowed {
+		panic(fmt.Sprint(r, err))
+	}
+	// The reply used 1,500 tokens: 1,400 more than the estimate.
+	r, err = l.ChargeAt(ctx, t0, "key:7", tokensPerMinute, 1400)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("charged: remaining=%d next token in %v\n", r.Remaining, r.RetryAfter)
+	r, err = l.AllowAt(ctx, t0.Add(30*time.Second), "key:7", tokensPerMinute, 100)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("30s later: allowed=%v retry-after=%v\n", r.Allowed, r.RetryAfter)
+	// Output:
+	// charged: remaining=0 next token in 30.06s
+	// 30s later: allowed=false retry-after=6s
+}
+
 func ExampleConcurrency_AcquireAt() {
 	mr, err := miniredis.Run()
 	if err != nil {

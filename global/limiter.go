@@ -166,6 +166,39 @@ func (l *Limiter) PeekAt(ctx context.Context, now time.Time, key string, limit h
 	return l.decide(ctx, us, key, limit, cost, scripts.Peek)
 }
 
+// Charge spends cost units of key under limit now, by the Redis clock,
+// whatever the key holds: for usage known only once the work ends (the
+// tokens of a reply). The charge lands: a token bucket or GCRA goes into
+// debt, which refill repays before it admits again, and the key lives
+// until it is repaid; a window counts past its quota. Result.Allowed is
+// true, Remaining what is left after the charge, RetryAfter the wait for
+// one unit (0 while one is left), ResetAfter the wait for the idle state.
+// cost may exceed limit.Burst; a charge of 0 changes nothing. A negative
+// cost, or one that would take the key 2^50 units or 2^50 microseconds
+// (35 years) of refill past its limit, is refused with
+// hybridlimit.ErrInvalidCost and changes nothing.
+func (l *Limiter) Charge(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	return l.charge(ctx, 0, key, limit, cost)
+}
+
+// ChargeAt is Charge at a time the caller supplies.
+func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	us, err := micros(now)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	return l.charge(ctx, us, key, limit, cost)
+}
+
+func (l *Limiter) charge(ctx context.Context, nowUS int64, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	if cost != 0 {
+		return l.decide(ctx, nowUS, key, limit, cost, scripts.Charge)
+	}
+	r, err := l.decide(ctx, nowUS, key, limit, 1, scripts.Peek)
+	r.Allowed = err == nil // what a charge of 1 would leave, but landed
+	return r, err
+}
+
 // Refund gives back cost units that a decision on key under limit took,
 // for a request that was admitted but not served (another rule rejected
 // it, the handler refused it): a bucket regains cost tokens, never more
@@ -258,7 +291,16 @@ func (l *Limiter) decide(ctx context.Context, nowUS int64, key string, limit hyb
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	d, err := scripts.DecodeDecision(reply)
+	var d scripts.Decision
+	if mode == scripts.Charge {
+		d, err = scripts.DecodeCharge(reply)
+		if errors.Is(err, scripts.ErrChargeTooDeep) {
+			return hybridlimit.Result{}, fmt.Errorf("global: %s: %w: charge %d would take %q past the debt the scripts hold exactly",
+				l.alg, hybridlimit.ErrInvalidCost, cost, key)
+		}
+	} else {
+		d, err = scripts.DecodeDecision(reply)
+	}
 	if err != nil {
 		return hybridlimit.Result{}, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
@@ -281,7 +323,11 @@ func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybrid
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
-	if err := limit.CheckCost(cost); err != nil {
+	if mode == scripts.Charge {
+		if cost < 1 || cost > scripts.MaxCharge {
+			return nil, fmt.Errorf("global: %s: %w: charge %d outside [0, %d]", l.alg, hybridlimit.ErrInvalidCost, cost, int64(scripts.MaxCharge))
+		}
+	} else if err := limit.CheckCost(cost); err != nil {
 		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
 	}
 	p := scripts.Params{
@@ -293,6 +339,9 @@ func (l *Limiter) run(ctx context.Context, nowUS int64, key string, limit hybrid
 		Mode:     mode,
 	}
 	script, keys, args, err := l.plan(key, p)
+	if mode == scripts.Charge && errors.Is(err, scripts.ErrParams) {
+		return nil, fmt.Errorf("global: %s: %w: charge %d of %v takes 2^50us or more to refill", l.alg, hybridlimit.ErrInvalidCost, cost, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("global: %s: %w", l.alg, err)
 	}

@@ -33,6 +33,10 @@ type model interface {
 	decide(now, cost int64, peek bool) decision
 	// refund gives back cost at now and reports how much it gave.
 	refund(now, cost int64) int64
+	// charge spends cost at now whatever the state holds, and answers as
+	// a peek of cost 1 after it, landed: what is left, the wait for one
+	// unit, the wait for the idle state.
+	charge(now, cost int64) decision
 }
 
 // search returns the least x in [0, hi] with f(x), f monotone, or hi+1.
@@ -96,12 +100,24 @@ func (m *bucketModel) decide(now, cost int64, peek bool) decision {
 	after := func(x int64) *big.Rat { // tokens x us later, nothing spent
 		return (&bucketModel{rate: m.rate, period: m.period, burst: m.burst, tokens: tok, ts: now}).at(now + x)
 	}
-	full := floorRat(mulRat(m.burst, m.period, m.rate)) // an upper bound on any wait, +1
-	d := decision{ok: ok, rem: floorRat(tok)}
+	// An upper bound on any wait, +1: the time to fill from what the
+	// bucket holds, debt included.
+	full := floorRat(new(big.Rat).Quo(new(big.Rat).Mul(new(big.Rat).Sub(rat(m.burst), tok), rat(m.period)), rat(m.rate)))
+	d := decision{ok: ok, rem: max(floorRat(tok), 0)}
 	if !ok {
 		d.retry = search(full+1, func(x int64) bool { return after(x).Cmp(rat(cost)) >= 0 })
 	}
 	d.reset = search(full+1, func(x int64) bool { return after(x).Cmp(rat(m.burst)) == 0 })
+	return d
+}
+
+// charge takes cost tokens whatever the bucket holds: below zero, it is in
+// debt, which refill repays.
+func (m *bucketModel) charge(now, cost int64) decision {
+	tok := m.at(now)
+	m.tokens, m.ts = tok.Sub(tok, rat(cost)), now
+	d := m.decide(now, 1, true)
+	d.ok = true
 	return d
 }
 
@@ -200,6 +216,16 @@ func (m *windowModel) decide(now, cost int64, peek bool) decision {
 }
 
 func (m *windowModel) refund(now, cost int64) int64 { return m.take(m, now, cost) }
+
+// charge logs cost at now whatever the window holds: it counts past the
+// quota.
+func (m *windowModel) charge(now, cost int64) decision {
+	m.seq++
+	m.log = append(m.log, admission{now, cost, m.seq})
+	d := m.decide(now, 1, true)
+	d.ok = true
+	return d
+}
 
 // takeFrom takes up to cost off the admissions in [from, to), the newest
 // first, and returns how much it took.
@@ -318,12 +344,27 @@ func TestScriptsMatchModels(t *testing.T) {
 				m := newModel(alg, limit)
 				key := fmt.Sprintf("model-%d", li)
 				now := t0.UnixMicro() + rng.Int64N(ceilMicros(limit.Period))
-				var admitted, denied, refunds int
+				var admitted, denied, refunds, charges int
 				for i := range 180 {
 					now += gap(rng, ceilMicros(limit.Period))
 					cost := 1 + rng.Int64N(limit.Burst)
 					if rng.IntN(2) == 0 {
 						cost = 1 + rng.Int64N(min(limit.Burst, 3))
+					}
+					if rng.IntN(8) == 0 {
+						// Usage known after the fact: up to three bursts.
+						cost := 1 + rng.Int64N(3*limit.Burst)
+						want := m.charge(now, cost)
+						got, err := l.ChargeAt(t.Context(), timeUS(now), key, limit, cost)
+						if err != nil {
+							t.Fatalf("op %d: charge %d: %v", i, cost, err)
+						}
+						g := decision{got.Allowed, got.Remaining, int64(got.RetryAfter / us), int64(got.ResetAfter / us)}
+						if g != want {
+							t.Fatalf("op %d: at +%dus charge %d: script %+v, model %+v", i, now-t0.UnixMicro(), cost, g, want)
+						}
+						charges++
+						continue
 					}
 					if rng.IntN(6) == 0 {
 						wantGiven := m.refund(now, cost)
@@ -364,7 +405,7 @@ func TestScriptsMatchModels(t *testing.T) {
 				if admitted == 0 || denied == 0 {
 					t.Errorf("%d admitted, %d denied: the sequence does not exercise both paths", admitted, denied)
 				}
-				t.Logf("%d admitted, %d denied, %d refunds", admitted, denied, refunds)
+				t.Logf("%d admitted, %d denied, %d refunds, %d charges", admitted, denied, refunds, charges)
 			})
 		}
 	}

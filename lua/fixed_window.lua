@@ -15,13 +15,18 @@
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  period_us: the window length in microseconds, integer >= 1
 -- ARGV[3]  quota: cost a window admits, integer >= 1
--- ARGV[4]  cost: integer in [1, quota]
+-- ARGV[4]  cost: integer in [1, quota]; for a charge in [1, 2^50)
 -- ARGV[5]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
---          2 = refund the cost
+--          2 = refund the cost, 3 = charge the cost whatever the count
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
 -- refund {given, remaining, 0, reset_after_us}, given being what was taken
--- off the count.
+-- off the count; for a charge {1, remaining, the wait for one unit,
+-- reset_after_us}, or {-1, 0, 0, 0} when the count would reach 2^50:
+-- refused, nothing written.
+--
+-- A charge counts past the quota: the window admits nothing more, and the
+-- next window starts from 0, as every window does.
 --
 -- retry_after is the time to the next window; reset_after is the time to
 -- the end of the window, or 0 when nothing was admitted in it.
@@ -46,7 +51,7 @@ local period = int_arg(2)
 local quota = int_arg(3)
 local cost = int_arg(4)
 local mode = ARGV[5]
-local peek, refund = mode == '1', mode == '2'
+local peek, refund, charge = mode == '1', mode == '2', mode == '3'
 
 local start = now - math.fmod(now, period)
 local st = redis.call('HMGET', key, 'w', 'n', 'p')
@@ -77,6 +82,19 @@ end
 
 local function remaining()
   return math.max(quota - n, 0) -- below 0 when the quota was lowered
+end
+
+if charge then
+  if n + cost >= 1125899906842624 then -- 2^50
+    return {-1, 0, 0, 0}
+  end
+  n = n + cost
+  save()
+  local retry = 0
+  if n + 1 > quota then
+    retry = left
+  end
+  return {1, remaining(), retry, left}
 end
 
 if refund then

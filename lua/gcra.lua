@@ -18,13 +18,24 @@
 -- ARGV[2]  limit: "rate period_us burst", three decimal integers >= 1
 --          separated by single spaces: requests per period, the period in
 --          microseconds, the bucket's capacity
--- ARGV[3]  cost: integer in [1, burst]
+-- ARGV[3]  cost: integer in [1, burst]; for a charge in [1, 2^50)
 -- ARGV[4]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
---          2 = refund the cost
+--          2 = refund the cost, 3 = charge the cost whatever the bucket
+--          holds
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
 -- refund {given, remaining, 0, reset_after_us}, given being the whole
--- tokens the bucket was short of, up to cost.
+-- tokens the bucket was short of, up to cost; for a charge {1, remaining,
+-- the wait for one token, reset_after_us}, or {-1, 0, 0, 0} when TAT would
+-- end 2^50 microseconds or more ahead of now, or as many tokens: refused,
+-- nothing written.
+--
+-- Debt: a charge moves TAT to max(TAT, now) + c*T with no bound but the
+-- representation's; a TAT more than burst*T ahead is a bucket in debt,
+-- which admits nothing until refill has repaid it. The TTL, until TAT,
+-- covers it. A limit change converts it as any TAT ahead of an empty
+-- bucket (below): the bucket is empty again at the same instant, or at
+-- most 2^50 - 1 microseconds or tokens of the new limit later.
 --
 -- remaining = floor((burst*T - (TAT - now)) / T), exact.
 --
@@ -67,7 +78,7 @@ end
 local rate, period, burst = rs + 0, ps + 0, bs + 0
 local cost = ARGV[3] + 0
 local mode = ARGV[4]
-local peek, refund = mode == '1', mode == '2'
+local peek, refund, charge = mode == '1', mode == '2', mode == '3'
 
 local mul_div -- wide()'s, made by md when a product needs it
 
@@ -167,9 +178,45 @@ if t < now then
   t, f = now, 0 -- idle: t < now means TAT < now, as f/rate < 1
 end
 
+-- most_ahead returns the most microseconds TAT may be ahead of now: 2^50 - 1,
+-- and no more than 2^50 - 1 tokens take.
+local function most_ahead()
+  if rate > period then
+    return (md(1125899906842623, period, 0, rate))
+  end
+  return 1125899906842623
+end
+if changed and t - now >= most_ahead() then
+  -- A debt converted to a faster limit: cut to what the arithmetic holds.
+  t, f = now + most_ahead() - 1, 0
+end
+
 -- The reply's first and third numbers, and whether to write.
 local first, third, write
-if refund then
+if charge then
+  local most = most_ahead()
+  local nt, nf = t + inc_q, f + inc_r
+  if nf >= rate then
+    nt, nf = nt + 1, nf - rate
+  end
+  if nt - now >= most then
+    return {-1, 0, 0, 0}
+  end
+  t, f, write = nt, nf, true
+  first, third = 1, 0
+  -- The wait for one token: ceil(TAT + T - burst*T - now), when positive.
+  local q1, r1 = md(1, period, 0, rate)
+  local d, f1 = t + q1 - now, f + r1
+  if f1 >= rate then
+    d, f1 = d + 1, f1 - rate
+  end
+  if d > tol_q or (d == tol_q and f1 > tol_r) then
+    third = d - tol_q
+    if f1 > tol_r then
+      third = third + 1
+    end
+  end
+elseif refund then
   -- Whole tokens short of full, ceil((TAT - now) / T), up to the cost.
   first, third, write = 0, 0, false
   if not fresh and (t > now or f > 0) then

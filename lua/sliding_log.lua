@@ -18,13 +18,16 @@
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  period_us: the window length in microseconds, integer >= 1
 -- ARGV[3]  quota: cost admitted per window, integer >= 1
--- ARGV[4]  cost: integer in [1, quota]
+-- ARGV[4]  cost: integer in [1, quota]; for a charge in [1, 2^50)
 -- ARGV[5]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
---          2 = refund the cost
+--          2 = refund the cost, 3 = charge the cost whatever the log holds
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
 -- refund {given, remaining, 0, reset_after_us}, given being the cost
--- removed from the log.
+-- removed from the log; for a charge {1, remaining, the wait for one
+-- unit, reset_after_us}, or {-1, 0, 0, 0} when the cost logged would reach
+-- 2^50: refused, nothing written. A charge is logged as an admission is,
+-- past the quota, and leaves the window as it does.
 --
 -- A change of quota or period needs no conversion: the cost logged in the
 -- window of the new period is compared with the new quota, exactly, as far
@@ -54,7 +57,7 @@ local period = int_arg(2)
 local quota = int_arg(3)
 local cost = int_arg(4)
 local mode = ARGV[5]
-local peek, refund = mode == '1', mode == '2'
+local peek, refund, charge = mode == '1', mode == '2', mode == '3'
 
 local function cost_of(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
@@ -146,7 +149,11 @@ if refund then
   return {given, math.max(quota - sum, 0), 0, reset_us()}
 end
 
-local allowed = sum + cost <= quota
+if charge and sum + cost >= 1125899906842624 then -- 2^50
+  return {-1, 0, 0, 0}
+end
+
+local allowed = charge or sum + cost <= quota
 if allowed and not peek then
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   redis.call('ZADD', log, t, string.format('%d:%d:%d', t, seq, cost))
@@ -157,6 +164,12 @@ if allowed and not peek then
 elseif not peek then
   keep_for(log, ttl)
   keep_for(meta, ttl)
+end
+if charge then
+  -- Logged whatever the sum: the rest answers as a decision of cost 1,
+  -- whose retry is the wait for one unit.
+  cost = 1
+  allowed = sum + cost <= quota
 end
 
 local remaining = quota - sum
@@ -182,4 +195,7 @@ if not allowed then
   end
 end
 
+if charge then
+  return {1, remaining, retry, reset_us()}
+end
 return {allowed and 1 or 0, remaining, retry, reset_us()}

@@ -23,13 +23,16 @@
 -- ARGV[1]  now: microseconds since the Unix epoch; 0 = use Redis TIME
 -- ARGV[2]  period_us: the window length in microseconds, integer >= 1
 -- ARGV[3]  quota: cost admitted per sliding period, integer >= 1
--- ARGV[4]  cost: integer in [1, quota]
+-- ARGV[4]  cost: integer in [1, quota]; for a charge in [1, 2^50)
 -- ARGV[5]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
---          2 = refund the cost
+--          2 = refund the cost, 3 = charge the cost whatever the count
 --
 -- Reply: {allowed 0|1, remaining, retry_after_us, reset_after_us}; for a
 -- refund {given, remaining, 0, reset_after_us}, given being what was taken
--- off the counts.
+-- off the counts; for a charge {1, remaining, the wait for one unit,
+-- reset_after_us}, or {-1, 0, 0, 0} when the current count would reach
+-- 2^50: refused, nothing written. A charge counts past the quota, and
+-- what it counts weighs on the next window as every count does.
 --
 -- retry_after is the exact time until the estimate has fallen enough,
 -- assuming nothing else is admitted; reset_after is the time until the
@@ -55,7 +58,7 @@ local period = int_arg(2)
 local quota = int_arg(3)
 local cost = int_arg(4)
 local mode = ARGV[5]
-local peek, refund = mode == '1', mode == '2'
+local peek, refund, charge = mode == '1', mode == '2', mode == '3'
 
 -- counts returns the window start, cur and prev at now of state w, c, p
 -- under windows of length d, and whether the state counts a window (not
@@ -124,6 +127,17 @@ if refund then
   return {from_cur + from_prev, math.max(quota - cur - weighed(), 0), 0, reset_us()}
 end
 
+if charge then
+  if cur + cost >= 1125899906842624 then -- 2^50
+    return {-1, 0, 0, 0}
+  end
+  -- Counted whatever the estimate: the rest answers as a peek of cost 1,
+  -- whose retry is the wait for one unit.
+  cur = cur + cost
+  save()
+  cost, peek = 1, true
+end
+
 local allowed = cur + weighed() + cost <= quota
 if allowed and not peek then
   cur = cur + cost
@@ -156,4 +170,7 @@ if not allowed then
   end
 end
 
+if charge then
+  return {1, remaining, retry, reset_us()}
+end
 return {allowed and 1 or 0, remaining, retry, reset_us()}

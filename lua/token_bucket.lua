@@ -14,13 +14,23 @@
 -- ARGV[3]  period_us: the period in microseconds, integer >= 1
 -- ARGV[4]  burst: capacity in tokens, integer >= 1
 -- ARGV[5]  cost: tokens this request asks for (or gives back), integer in
---          [1, burst]
+--          [1, burst]; for a charge in [1, 2^50)
 -- ARGV[6]  mode: 0 = spend if admitted, 1 = peek (decide, write nothing),
---          2 = refund cost tokens
+--          2 = refund cost tokens, 3 = charge cost tokens whatever the
+--          bucket holds
 --
 -- Reply: {allowed 0|1, remaining tokens, retry_after_us, reset_after_us};
 -- for a refund {given, remaining tokens, 0, reset_after_us}, given being the
--- whole tokens added (less than cost when the bucket filled up).
+-- whole tokens added (less than cost when the bucket filled up); for a
+-- charge {1, remaining tokens, the wait for one token, reset_after_us}, or
+-- {-1, 0, 0, 0} when it would leave the bucket 2^50 tokens or more short,
+-- or 2^50 microseconds or more from full, past which the arithmetic here
+-- is not exact: refused, nothing written.
+--
+-- Debt: a charge takes n below zero, and refill repays it before the
+-- bucket admits again; the TTL, the time to full, covers it. A limit
+-- change keeps a debt in tokens, cut to what the new limit refills in
+-- 2^50 microseconds.
 --
 -- A limit change (the key asked under another rate, period or burst than
 -- the one that wrote it) keeps the tokens the bucket holds: it is refilled
@@ -50,7 +60,8 @@ local period = int_arg(3)
 local burst = int_arg(4)
 local cost = int_arg(5)
 local mode = ARGV[6]
-local peek, refund = mode == '1', mode == '2'
+local peek, refund, charge = mode == '1', mode == '2', mode == '3'
+local two50 = 1125899906842624 -- 2^50
 
 local st = redis.call('HMGET', key, 'n', 'm', 'ts', 'p', 'r', 'b')
 local n, m, ts = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
@@ -102,6 +113,20 @@ if changed then
   end
 end
 
+-- most_short returns the most whole tokens the bucket may be short of
+-- full: 2^50 - 1, and no more than the new limit refills in 2^50 - 1
+-- microseconds.
+local function most_short()
+  if rate >= period then
+    return two50 - 1
+  end
+  return (mul_div(two50 - 1, rate, 0, period))
+end
+
+if changed and n < 0 and burst - n > most_short() then
+  n, m = burst - most_short(), 0
+end
+
 -- When the clock stepped back, the state is as of ts, later than now.
 local lag = 0
 if ts > now then
@@ -117,6 +142,19 @@ local function save()
   redis.call('PEXPIRE', key, ttl_ms(reset_us()))
 end
 
+if charge then
+  if burst - n + cost > most_short() then
+    return {-1, 0, 0, 0}
+  end
+  n = n - cost
+  save()
+  local retry = 0
+  if n < 1 then
+    retry = lag + ceil_mul_div(1 - n, period, -m, rate)
+  end
+  return {1, math.max(n, 0), retry, reset_us()}
+end
+
 if refund then
   -- A missing key is full: nothing to give back.
   local given = 0
@@ -129,7 +167,7 @@ if refund then
     end
     save()
   end
-  return {given, n, 0, reset_us()}
+  return {given, math.max(n, 0), 0, reset_us()}
 end
 
 local allowed = n >= cost
@@ -150,4 +188,4 @@ local retry = 0
 if not allowed then
   retry = lag + ceil_mul_div(cost - n, period, -m, rate)
 end
-return {allowed and 1 or 0, n, retry, reset_us()}
+return {allowed and 1 or 0, math.max(n, 0), retry, reset_us()}

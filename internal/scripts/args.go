@@ -21,7 +21,8 @@ const MaxNow = maxExact - maxWide
 
 // Params are the numbers of one rate-limiting decision, in the units the
 // scripts use. The caller validates them (see hybridlimit.Limit.Validate):
-// every field but Now must be at least 1, Cost at most Burst.
+// every field but Now must be at least 1, Cost at most Burst but in a
+// Charge, where it is at most MaxCharge.
 type Params struct {
 	// Now is the time in microseconds since the Unix epoch, or 0 for Redis
 	// TIME.
@@ -35,8 +36,8 @@ type Params struct {
 	Burst int64
 	// Cost is the cost of this request, or of the refund.
 	Cost int64
-	// Mode says what the script does: Spend (the zero value), Peek or
-	// Refund.
+	// Mode says what the script does: Spend (the zero value), Peek,
+	// Refund or Charge.
 	Mode Mode
 }
 
@@ -51,25 +52,54 @@ const (
 	Peek
 	// Refund gives the cost back, as far as the state allows.
 	Refund
+	// Charge spends the cost whatever the state holds, for usage known
+	// only after the fact: a bucket goes into debt, a window counts past
+	// its quota. The cost may exceed Burst; the script refuses, writing
+	// nothing, a charge that would take the state past what it can
+	// represent exactly (DecodeCharge's ErrChargeTooDeep).
+	Charge
 )
+
+// MaxCharge bounds a Charge's cost, and what a window counts: 2^50 - 1,
+// below which the scripts' sums and products stay exact.
+const MaxCharge = maxWide - 1
 
 // ErrParams is returned for parameters a script cannot represent exactly.
 var ErrParams = errors.New("scripts: parameters out of range")
 
 func (p Params) check() error {
-	if p.Mode < Spend || p.Mode > Refund || p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
-		p.Burst < 1 || p.Burst >= maxWide || p.Cost < 1 || p.Cost > p.Burst {
+	maxCost := p.Burst
+	if p.Mode == Charge {
+		maxCost = MaxCharge
+	}
+	if p.Mode < Spend || p.Mode > Charge || p.Now < 0 || p.Now >= MaxNow || p.PeriodUS < 1 || p.PeriodUS >= maxWide ||
+		p.Burst < 1 || p.Burst >= maxWide || p.Cost < 1 || p.Cost > maxCost {
 		return ErrParams
+	}
+	return nil
+}
+
+// checkRefill refuses a bucket whose refill times a script cannot compute
+// exactly: the time to fill from empty, and a charge's time to refill,
+// must be below 2^50 microseconds.
+func (p Params) checkRefill() error {
+	if p.Rate < 1 || p.Rate >= maxWide {
+		return ErrParams
+	}
+	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok {
+		return ErrParams
+	}
+	if p.Mode == Charge {
+		if _, _, ok := mulDiv(p.Cost, p.PeriodUS, p.Rate); !ok {
+			return ErrParams
+		}
 	}
 	return nil
 }
 
 // TokenBucketArgs returns ARGV for TokenBucket.
 func (p Params) TokenBucketArgs() ([]any, error) {
-	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
-		return nil, ErrParams
-	}
-	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok { // the time to fill
+	if p.check() != nil || p.checkRefill() != nil {
 		return nil, ErrParams
 	}
 	return []any{p.Now, p.Rate, p.PeriodUS, p.Burst, p.Cost, int64(p.Mode)}, nil
@@ -81,10 +111,7 @@ func (p Params) TokenBucketArgs() ([]any, error) {
 // usual call, under the limit that wrote the state, converts no more text
 // to numbers than it must.
 func (p Params) GCRAArgs() ([]any, error) {
-	if err := p.check(); err != nil || p.Rate < 1 || p.Rate >= maxWide {
-		return nil, ErrParams
-	}
-	if _, _, ok := mulDiv(p.Burst, p.PeriodUS, p.Rate); !ok { // burst*T, the time to fill
+	if p.check() != nil || p.checkRefill() != nil {
 		return nil, ErrParams
 	}
 	var b [3*20 + 2]byte

@@ -39,7 +39,11 @@ func TestParamsRejects(t *testing.T) {
 		{Rate: 0, PeriodUS: 1000, Burst: 5, Cost: 1}, {Rate: 1, PeriodUS: 0, Burst: 5, Cost: 1},
 		{Now: -1, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1}, {Now: 1 << 53, Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1},
 		{Rate: 1, PeriodUS: 1 << 53, Burst: 1, Cost: 1},
-		{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: Refund + 1}, {Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: -1},
+		{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: Charge + 1}, {Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1, Mode: -1},
+		// A charge may exceed the burst, not MaxCharge, nor take 2^50us
+		// to refill.
+		{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: MaxCharge + 1, Mode: Charge},
+		{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1 << 41, Mode: Charge},
 	} {
 		_, err1 := p.TokenBucketArgs()
 		_, err2 := p.GCRAArgs()
@@ -68,6 +72,10 @@ func TestParamsRejects(t *testing.T) {
 	}
 	if _, err := good.GCRAArgs(); err != nil {
 		t.Errorf("%+v: %v", good, err)
+	}
+	overBurst := Params{Rate: 1, PeriodUS: 1000, Burst: 5, Cost: 1 << 30, Mode: Charge}
+	if _, err := overBurst.TokenBucketArgs(); err != nil {
+		t.Errorf("%+v: %v; a charge may exceed the burst", overBurst, err)
 	}
 	if _, err := (Params{PeriodUS: 1000, Burst: 5, Cost: 1}).WindowArgs(); err != nil {
 		t.Errorf("WindowArgs ignores Rate: %v", err)

@@ -132,3 +132,41 @@ func DecodeRefund(reply any, cost int64) (Refunded, error) {
 	}
 	return Refunded{Given: given, Remaining: remaining, ResetAfter: resetD}, nil
 }
+
+// ErrChargeTooDeep is DecodeCharge's error for a charge the script
+// refused, writing nothing: after it, the state would be further past its
+// limit than the scripts represent exactly (MaxCharge tokens short, or
+// 2^50 microseconds of refill).
+var ErrChargeTooDeep = errors.New("scripts: charge would go deeper than the state can hold")
+
+// DecodeCharge decodes {1, remaining, retry_after_us, reset_after_us},
+// the reply of a limiter script in Charge mode, where retry_after is the
+// wait for one unit (0 while one is left); or {-1, 0, 0, 0}, a charge
+// refused (ErrChargeTooDeep). A charge lands whatever the state held, so
+// its Decision is always Allowed.
+func DecodeCharge(reply any) (Decision, error) {
+	v, err := DecodeInts(reply, 4)
+	if err != nil {
+		return Decision{}, err
+	}
+	status, remaining, retry, reset := v[0], v[1], v[2], v[3]
+	switch {
+	case status == -1 && remaining == 0 && retry == 0 && reset == 0:
+		return Decision{}, ErrChargeTooDeep
+	case status != 1:
+		return Decision{}, fmt.Errorf("%w: charge status is %d, want 1 or -1", ErrMalformedReply, status)
+	case remaining < 0:
+		return Decision{}, fmt.Errorf("%w: remaining is %d", ErrMalformedReply, remaining)
+	case remaining > 0 && retry != 0:
+		return Decision{}, fmt.Errorf("%w: %d left with retry_after %dus", ErrMalformedReply, remaining, retry)
+	}
+	retryD, err := micros(retry, "retry_after")
+	if err != nil {
+		return Decision{}, err
+	}
+	resetD, err := micros(reset, "reset_after")
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Allowed: true, Remaining: remaining, RetryAfter: retryD, ResetAfter: resetD}, nil
+}
