@@ -61,10 +61,12 @@ alerts:
 # bench/ is a module of its own (it pulls in the peers it is measured
 # against), which ./... leaves out. vet builds what it checks with the race
 # detector, as the race stage's tests are built: the packages it compiles
-# are then the tests' too, found in the build cache, not compiled twice.
+# are then the tests' too, found in the build cache, not compiled twice;
+# bench/'s too, which shares the standard library and this module's
+# packages with them.
 vet:
 	$(GO) vet -race ./...
-	cd bench && $(GO) vet ./...
+	cd bench && $(GO) vet -race ./...
 
 # gofmt from the toolchain GO names, not whichever is on PATH (or none: an
 # empty list from a missing gofmt passed).
