@@ -107,6 +107,7 @@ type proc struct {
 	conn              *grpc.ClientConn
 	client            rlspb.RateLimitServiceClient
 	done              chan struct{}
+	stopped           sync.Once
 }
 
 type lockedBuffer struct {
@@ -243,19 +244,26 @@ func (p *proc) awaitServing() error {
 }
 
 // stop ends the process with SIGTERM, as Kubernetes does, and kills it if
-// it has not exited within 10 seconds.
+// it has not exited within 10 seconds. A race the service's race detector
+// reported fails the test: such a service goes on serving, and the exit
+// status it ends with is nobody's to read.
 func (p *proc) stop() {
-	if p.conn != nil {
-		_ = p.conn.Close()
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("the service did not exit within 10s of SIGTERM:\n%s", p.out.String())
-	}
+	p.stopped.Do(func() {
+		if p.conn != nil {
+			_ = p.conn.Close()
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			p.t.Errorf("the service did not exit within 10s of SIGTERM:\n%s", p.out.String())
+		}
+		if out := p.out.String(); strings.Contains(out, "WARNING: DATA RACE") {
+			p.t.Errorf("the race detector reported in %s:\n%s", p.cmd.Path, out)
+		}
+	})
 }
 
 // call sends one request as Envoy's filter does, bounded by 5 s.
