@@ -77,6 +77,12 @@ func DecodeDecision(reply any) (Decision, error) {
 	case allowed == 0 && retry <= 0:
 		return Decision{}, fmt.Errorf("%w: denied with retry_after %dus", ErrMalformedReply, retry)
 	}
+	return decision(allowed == 1, remaining, retry, reset)
+}
+
+// decision is the Decision of a reply whose ranges were checked, but for
+// the durations, which must fit a time.Duration.
+func decision(allowed bool, remaining, retry, reset int64) (Decision, error) {
 	retryD, err := micros(retry, "retry_after")
 	if err != nil {
 		return Decision{}, err
@@ -85,7 +91,7 @@ func DecodeDecision(reply any) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	return Decision{Allowed: allowed == 1, Remaining: remaining, RetryAfter: retryD, ResetAfter: resetD}, nil
+	return Decision{Allowed: allowed, Remaining: remaining, RetryAfter: retryD, ResetAfter: resetD}, nil
 }
 
 // micros converts a non-negative count of microseconds to a Duration.
@@ -160,13 +166,5 @@ func DecodeCharge(reply any) (Decision, error) {
 	case remaining > 0 && retry != 0:
 		return Decision{}, fmt.Errorf("%w: %d left with retry_after %dus", ErrMalformedReply, remaining, retry)
 	}
-	retryD, err := micros(retry, "retry_after")
-	if err != nil {
-		return Decision{}, err
-	}
-	resetD, err := micros(reset, "reset_after")
-	if err != nil {
-		return Decision{}, err
-	}
-	return Decision{Allowed: true, Remaining: remaining, RetryAfter: retryD, ResetAfter: resetD}, nil
+	return decision(true, remaining, retry, reset)
 }

@@ -40,6 +40,38 @@ func TestDecodeDecision(t *testing.T) {
 	}
 }
 
+func TestDecodeCharge(t *testing.T) {
+	ints := func(v ...int64) []any {
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = x
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		reply any
+		want  Decision
+		err   error
+	}{
+		{"one left", ints(1, 1, 0, 900), Decision{true, 1, 0, 900 * time.Microsecond}, nil},
+		{"in debt", ints(1, 0, 2100, 3000), Decision{true, 0, 2100 * time.Microsecond, 3000 * time.Microsecond}, nil},
+		{"refused", ints(-1, 0, 0, 0), Decision{}, ErrChargeTooDeep},
+		{"refused with figures", ints(-1, 3, 0, 0), Decision{}, ErrMalformedReply},
+		{"status 0", ints(0, 0, 5, 5), Decision{}, ErrMalformedReply},
+		{"negative remaining", ints(1, -1, 5, 5), Decision{}, ErrMalformedReply},
+		{"left with a wait", ints(1, 2, 5, 5), Decision{}, ErrMalformedReply},
+		{"negative reset", ints(1, 0, 5, -1), Decision{}, ErrMalformedReply},
+		{"short", ints(1, 0, 5), Decision{}, ErrMalformedReply},
+	}
+	for _, tt := range tests {
+		got, err := DecodeCharge(tt.reply)
+		if got != tt.want || (tt.err == nil) != (err == nil) || tt.err != nil && !errors.Is(err, tt.err) {
+			t.Errorf("%s: DecodeCharge(%v) = %+v, %v; want %+v, %v", tt.name, tt.reply, got, err, tt.want, tt.err)
+		}
+	}
+}
+
 func TestDecodeInts(t *testing.T) {
 	got, err := DecodeInts([]any{int64(1), int64(-2)}, 2)
 	if err != nil || len(got) != 2 || got[0] != 1 || got[1] != -2 {
