@@ -534,7 +534,6 @@ func TestRedisStopped(t *testing.T) {
 // TestCluster: REDIS_TYPE=cluster on the 3+3 cluster serves the same
 // exact sequence.
 func TestCluster(t *testing.T) {
-	t.Parallel()
 	c := redistest.ClusterOf(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -566,7 +565,6 @@ func TestCluster(t *testing.T) {
 // stopped for well under the cluster's node timeout, so no replica takes
 // over and the cluster is as before for the tests after this one.
 func TestClusterMasterStopped(t *testing.T) {
-	t.Parallel()
 	c := redistest.ClusterOf(t)
 	e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_TYPE", "cluster",
 		"REDIS_URL", strings.Join(c.Addrs(), ","), "HYBRIDLIMIT_FAILURE_POLICY", "error")
@@ -710,7 +708,6 @@ func TestBrokenStartup(t *testing.T) {
 // TestPerSecondRedis: with REDIS_PERSECOND, rules in seconds count in the
 // second Redis, the others in the first.
 func TestPerSecondRedis(t *testing.T) {
-	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			second := redistest.Start(t)

@@ -28,9 +28,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// The tests run in parallel, but for those that check for leaked
-// goroutines (redistest.NoLeaks), which would count the others': each
-// starts its own services, and most of its time is theirs to answer.
+// The tests run in parallel, each with services of its own, most of its
+// time theirs to answer; but for those that check for leaked goroutines
+// (redistest.NoLeaks), which would count the others'; those on the shared
+// cluster, one of which stops a master of it; and those that hold a
+// service or a key to a second or less of wall-clock time (TLS, xDS, the
+// per-second Redis's one-second keys), which a machine busy with the
+// others can miss.
 
 // binDir holds the binaries the tests build, removed by TestMain.
 var binDir string

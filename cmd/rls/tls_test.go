@@ -20,7 +20,6 @@ import (
 // next connection without a restart; a malformed one leaves the old one
 // serving, logged and counted; a connection open throughout keeps working.
 func TestServerCertificates(t *testing.T) {
-	t.Parallel()
 	ca := testpki.NewCA(t, "mesh-ca")
 	dir := filepath.Join(t.TempDir(), "certs")
 	first := ca.Issue(t, "rls-1", "localhost", "127.0.0.1")

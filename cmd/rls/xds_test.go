@@ -187,7 +187,6 @@ func limited(t *testing.T, p *proc, domain, key, value string) (matched, over bo
 // stopped and restarted costs no decision, and the rules it then serves
 // arrive.
 func TestXDS(t *testing.T) {
-	t.Parallel()
 	serverTLS, xenv := xdsTLS(t)
 	xs := startXDS(t, "", serverTLS)
 	xs.set("1", rlConfig("edge", "remote_address", 3))
@@ -308,7 +307,6 @@ func TestXDS(t *testing.T) {
 // calls fail until the server comes up and its rules arrive; with it the
 // service is ready at once and calls fail until then, as the reference's.
 func TestXDSUnreachableAtStart(t *testing.T) {
-	t.Parallel()
 	for _, force := range []bool{false, true} {
 		name := "wait"
 		if force {
@@ -362,7 +360,6 @@ func TestXDSUnreachableAtStart(t *testing.T) {
 // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: rules that define no domain are
 // ACKed but leave it not ready, until rules with a domain arrive.
 func TestXDSHealthyWithConfig(t *testing.T) {
-	t.Parallel()
 	serverTLS, xenv := xdsTLS(t)
 	xs := startXDS(t, "", serverTLS)
 	xs.set("1")
@@ -383,7 +380,6 @@ func TestXDSHealthyWithConfig(t *testing.T) {
 // TestXDSMaxMsgSize: a response larger than XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES
 // is refused by the stream, and said so in the log; no rules load from it.
 func TestXDSMaxMsgSize(t *testing.T) {
-	t.Parallel()
 	serverTLS, xenv := xdsTLS(t)
 	xs := startXDS(t, "", serverTLS)
 	xs.set("1", rlConfig("edge", "remote_address", 3, "user", 1, "tier", 1, "plan", 1))
