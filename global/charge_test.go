@@ -153,3 +153,46 @@ func TestChargeAcrossLimitChange(t *testing.T) {
 		})
 	}
 }
+
+// TestChargeDebtCutAtLimitChange: a debt that a new limit would take 2^50
+// microseconds or more to repay, or 2^50 tokens or more, is cut to what the
+// scripts' arithmetic holds, so every figure after it stays exact: the
+// token bucket to 2^50 - 1 microseconds of the new refill (a debt of 2^40
+// tokens charged at a million a second, read under one a second), GCRA
+// to 2^50 - 1 tokens of the new limit (a debt of 2^49 microseconds
+// charged at one a second, read under a billion a second).
+func TestChargeDebtCutAtLimitChange(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	for _, tc := range []struct {
+		alg      Algorithm
+		from, to hybridlimit.Limit
+		cost     int64
+		want     time.Duration // the wait for one unit under to
+	}{
+		// Short of full by floor((2^50-1)/10^6) = 1,125,899,906 tokens at
+		// most: n = 1 - that; the next token takes (1 - n) seconds.
+		{TokenBucket, hybridlimit.PerSecond(1_000_000), hybridlimit.PerSecond(1), 1 << 40,
+			1_125_899_906 * time.Second},
+		// TAT cut to now + floor((2^50-1)*10^6/10^9) - 1 = now +
+		// 1,125,899,906,841us; a token is due that less burst*T (10^6us),
+		// rounded up past T's fraction: 1,125,898,906,842us.
+		{GCRA, hybridlimit.PerSecond(1), hybridlimit.PerSecond(1_000_000_000), 1 << 49 / 1_000_000,
+			1_125_898_906_842 * time.Microsecond},
+	} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			l, err := New(rdb, tc.alg, WithPrefix(redistest.Prefix(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			if _, err := l.ChargeAt(t.Context(), now, "k", tc.from, tc.cost); err != nil {
+				t.Fatal(err)
+			}
+			r, err := l.PeekAt(t.Context(), now, "k", tc.to, 1)
+			if err != nil || r.Allowed || r.RetryAfter != tc.want {
+				t.Errorf("under %v: %+v, %v; want denied for %v", tc.to, r, err, tc.want)
+			}
+		})
+	}
+}

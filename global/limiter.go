@@ -194,8 +194,10 @@ func (l *Limiter) charge(ctx context.Context, nowUS int64, key string, limit hyb
 	if cost != 0 {
 		return l.decide(ctx, nowUS, key, limit, cost, scripts.Charge)
 	}
+	// Nothing to spend: the state as it is, read as a peek of one unit
+	// reads it (what is left, the wait for one), the charge landed.
 	r, err := l.decide(ctx, nowUS, key, limit, 1, scripts.Peek)
-	r.Allowed = err == nil // what a charge of 1 would leave, but landed
+	r.Allowed = err == nil
 	return r, err
 }
 
