@@ -22,10 +22,9 @@ type Decision struct {
 	Status int
 	// RetryAfter is how long the client should wait: the denying rule's
 	// wait (for a fallback share's denial that names none, the rule's
-	// FailRetry);
-	// on a 503, the failed rule's FailRetry, or the limiter's wait where
-	// that is longer. 0 when the request may proceed, and also on a denial
-	// that no wait can lift (a cost above the rule's burst).
+	// FailRetry); on a 503, the failed rule's FailRetry, or the limiter's
+	// wait where that is longer. 0 when the request may proceed, and also
+	// on a denial that no wait can lift (a cost above the rule's burst).
 	RetryAfter time.Duration
 	// Policies are the rules to report in the response fields, tightest
 	// first: the tightest alone unless WithAllPolicies.

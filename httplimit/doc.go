@@ -11,8 +11,8 @@
 // LimitFunc per request, for plan tiers), a KeyFunc that says whose quota a
 // request spends, a cost, exemptions, a shadow flag and a failure policy.
 // Rules are built in Go or loaded from a JSON or YAML file (package
-// httplimit/config),
-// and swapped at run time without losing the limiters' state (Reload).
+// httplimit/config), and swapped at run time without losing the limiters'
+// state (Reload).
 //
 // Rules are evaluated in order until one rejects the request, and a
 // request costs a rule only if it is admitted: package rules says what a
@@ -20,20 +20,12 @@
 //
 // # Response fields
 //
-// RateLimit-Policy carries, per reported rule, its name, q (the burst, what
-// may be spent at once) and w (the window in seconds: the time an empty
-// bucket takes to refill, or a window algorithm's period). RateLimit
-// carries r, the available quota, and t, the effective window of the
-// draft's section 4.1.2: the seconds within which the client can use no
-// more than r, that is until more quota is available: the time until a
-// token bucket's next token (for a full bucket, one token's time), or
-// until a fixed window ends; on a denial of cost 1, its wait. A sliding
-// window's quota comes back as requests age out, which its decisions do
-// not say: its responses carry t when r=0, from a peek of cost 1 (a Redis
-// round trip for that response only), and none otherwise. Every response
-// with r=0 carries t. t is rounded up, so r=0;t=6 means a request in 6
-// seconds may pass. Retry-After, on a 429 or 503, is the wait for this
-// request's cost, rounded up, never earlier than t. The tightest rule
+// RateLimit-Policy carries, per reported rule, its name, q (the burst) and
+// w (the seconds an empty bucket takes to refill, or a window's period);
+// RateLimit carries r, the quota available, and t, the seconds until more
+// is, rounded up (every response with r=0 carries it; docs/design.md
+// gives it for each algorithm). Retry-After, on a 429 or 503, is the wait
+// for the request's own cost, never earlier than t. The tightest rule
 // alone is reported unless WithAllPolicies.
 //
 // # Extension points
@@ -44,11 +36,8 @@
 // knowing the limiter's key layout. Middleware.Stats counts every request
 // by fate and every rule's outcomes, admissions included, and times each
 // check; package metrics turns them into Prometheus metrics. The
-// middleware logs through an injected log/slog.Logger and is silent by
-// default; a rule that finds no key in a request (a header the clients do
-// not send) says so once, and a rule keyed by route in a middleware that
-// can see no route (see Middleware.Handler) says it limits nothing, once,
-// and counts it as rules.OutcomeMisconfigured.
+// middleware logs through an injected log/slog.Logger (WithLogger says
+// what) and is silent by default.
 //
 // Package grpclimit serves the same rules to gRPC.
 package httplimit

@@ -57,7 +57,7 @@ func (ds *debts) remove(e *entry) (owed, since int64) {
 	return d.Owed, d.Since
 }
 
-// add makes e owe owed more, admitted since since (counted in e.issued
+// add makes e owe owed more, admitted since since (counted in e.ledger.Issued
 // by the caller). The caller holds e.mu.
 func (ds *debts) add(e *entry, owed, since int64) {
 	if owed == 0 {
@@ -123,7 +123,7 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 	}
 	r, err := d.Share.Take(t, cost)
 	if err == nil && r.Allowed {
-		e.issued += cost
+		e.ledger.Issued += cost
 		l.debts.add(e, cost, t)
 	}
 	return r, err

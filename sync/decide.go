@@ -64,12 +64,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			// Not a denial of the limit's: the failure policy decides.
 			return l.degraded(home, now, key, limit, cost), nil
 		}
-		if !l.mode.fetches(e) || gaveUp || l.emptied(e, now) {
+		if !l.mode.Fetches(e.synced.Load()) || gaveUp || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0, true)
 			l.stats.deniedLocal.Inc()
 			l.lockGather(e)
-			short := l.mode.short(e, cost)
+			short := l.mode.Short(&e.ledger, &e.avail, cost)
 			l.scatterUnlock(e)
 			return denied(limit, max(l.cfg.interval, l.costWait(e, short, l.nanos(now))), src), nil
 		}
@@ -115,16 +115,16 @@ func (l *Limiter) unreachable(e *entry, stuck bool) bool {
 	if l.nodes.of(int(e.group)).breaker.isOpen() {
 		return true
 	}
-	fetchless := !l.mode.fetches(e)
+	fetchless := !l.mode.Fetches(e.synced.Load())
 	if !stuck && !fetchless {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if fetchless {
-		return e.unacked
+		return e.ledger.Unacked
 	}
-	return e.unacked || e.inflight || e.flagged || !e.synced.Load()
+	return e.ledger.Unacked || e.ledger.InFlight || e.flagged || !e.synced.Load()
 }
 
 // emptied reports whether Redis said e's bucket was empty less than a
@@ -251,7 +251,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 		if owed > 0 {
 			l.lockGather(e)
 			if !e.dead.Load() {
-				e.issued += owed
+				e.ledger.Issued += owed
 				l.debts.add(e, owed, since)
 				owed = 0
 			}
@@ -280,8 +280,8 @@ func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
 	lowered := partOf(limit, int(e.shard), int(e.shards)).Burst < partLimit(e).Burst
 	e.limit.Store(l.limits.get(limit))
 	if lowered {
-		if n := e.withdraw(e.avail.Load()); n > 0 {
-			e.issued += n // spent by no one: granted all the same
+		if n := e.ledger.Withdraw(&e.avail, e.avail.Load()); n > 0 {
+			e.ledger.Issued += n // spent by no one: granted all the same
 			l.stats.dropped.Add(uint64(n))
 		}
 	}
@@ -298,7 +298,7 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		gen:    int32(at.gen),
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
-		use:    account.Usage{LastAt: l.nanos(now), UsedAt: l.nanos(now)},
+		ledger: account.Ledger{Use: account.Usage{LastAt: l.nanos(now), UsedAt: l.nanos(now)}},
 		due:    -1,
 	}
 	e.limit.Store(l.limits.get(limit))

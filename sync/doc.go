@@ -16,16 +16,15 @@ package sync
 //	decide.go     the slow path: entries, the wait for a fetch, the failure policy
 //	parts.go      split keys: a key's layout, its parts' names, groups and limits,
 //	              the home part, falling over to another part, the sum reported
-//	entry.go      a key's state on this instance, and its allowance counters
+//	entry.go      a key's state on this instance, and its allowance counter
 //	stripes.go    a hot key's allowance spread over one counter per CPU
 //	table.go      the lock-free map from keys to entries
 //	round.go      the protocol: a round's messages composed, sent, replies applied;
 //	              one round at a time (singleRound)
-//	mode.go       what the two modes do differently; reserve.go, optimistic.go
 //	internal/account  a key's account on this instance as plain data and pure
-//	              functions: the lease policy, the modes' arithmetic, the
-//	              failure policy's debt and share (no atomics, locks, clock
-//	              or Redis)
+//	              functions: its ledger (what a message says, what a reply
+//	              does), the two modes, the lease policy, the failure
+//	              policy's debt and share (no atomics, locks, clock or Redis)
 //	transport.go  one call per node, pipelines, NOSCRIPT, WAIT, decoding
 //	fetch.go      the flag a decision out of allowance raises, the rounds it
 //	              waits for, the linger
@@ -53,12 +52,13 @@ package sync
 //	stretch     the factor by which a key far under its limit holds more than its lease
 //	low limit   a limit too low to lease ahead: each request fetches its cost
 //	issued      tokens handed to the allowance in all; issued - avail were admitted
+//	            (account.Ledger.Issued)
 //	account     the instance's side of a key's ledger: what it holds, owes and
 //	            was granted, and the rules that move it (internal/account)
 //	ledger      a per-instance record in the key's hash ("l:" id): the last
 //	            sequence number applied, the epoch, the total granted or reported
 //	total       the ledger's running sum, which messages state absolutely
-//	base        the total as the instance last heard it (acked)
+//	base        the total as the instance last heard it (account.Ledger.Acked)
 //	epoch       the first sequence number of an entry: a new epoch, a new total
 //	owed, debt  cost the failure policy admitted that Redis has not yet taken
 //	overdrawn   a global bucket below zero, which Optimistic's debits may

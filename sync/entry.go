@@ -13,10 +13,9 @@ import (
 
 // entry is one key's state on this instance.
 //
-// Allowance is counted by two numbers: issued, the tokens handed to the
-// local counter avail in all, and avail itself, what is left of them. So
-// the tokens this instance has admitted for the key in all are
-// issued - avail, with no counter on the request path but avail.
+// Its allowance is counted by its ledger (account.Ledger): the tokens
+// handed to the counter avail in all, and avail itself, what is left of
+// them, the only count on the request path.
 type entry struct {
 	// avail is the allowance left to spend locally. A request that finds
 	// its cost there subtracts it, and puts it back if the result is
@@ -28,7 +27,7 @@ type entry struct {
 	// stripes instead, leaving this line shared in every core's cache.
 	// Entries are a multiple of 64 bytes long, so the allocator aligns them
 	// to a cache line.
-	avail atomic.Int64
+	avail counter
 
 	key        string
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
@@ -50,23 +49,14 @@ type entry struct {
 	epoch     int64         // first sequence number of this entry's messages
 	denyUntil atomic.Int64  // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
-	mu       stdsync.Mutex // guards the fields below; never held across I/O
-	issued   int64         // allowance handed to avail in all, and the cost the failure policy admitted (see debt)
-	acked    int64         // the ledger's total as last heard from Redis
-	group    int32         // the slot group of the entry's keys in Redis; set at creation
-	inflight bool          // a message for this entry awaits its reply
-	unacked  bool          // the last message got no reply: Redis may hold more than acked says
-	flagged  bool          // on the limiter's list of entries wanting an early sync
-	owes     bool          // has a debt (see debt), in the limiter's debts
-	sent     int64         // Optimistic: consumption carried by the message in flight
-	sentAt   int64         // when the message in flight was prepared, ns of the limiter's clock, as are the times below
-	grantAt  int64         // Optimistic: when the message that brought the allowance was prepared
-	waiting  int64         // cost of decisions waiting for allowance
-	use      account.Usage // the demand estimate
-	nextSync int64         // when the loop should reconcile this entry next
-	fellOver atomic.Int64  // home of a split key: when a decision last turned to another part, ns of the limiter's clock
-	due      int64         // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
-	heardAt  atomic.Int64  // when Redis last answered for this entry, or when it was made
+	mu       stdsync.Mutex  // guards the fields below; never held across I/O
+	ledger   account.Ledger // the accounting of avail and of the messages to Redis
+	group    int32          // the slot group of the entry's keys in Redis; set at creation
+	flagged  bool           // on the limiter's list of entries wanting an early sync
+	owes     bool           // has a debt (see debt), in the limiter's debts
+	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock
+	due      int64          // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
+	heardAt  atomic.Int64   // when Redis last answered for this entry, or when it was made
 }
 
 // maxCost returns the largest cost a decision on e's key may have under
@@ -128,19 +118,16 @@ func (e *entry) layout() layout { return layout{int(e.shards), int(e.gen)} }
 const evicted = -1 << 62
 
 // consumed returns the tokens admitted in all. The caller holds e.mu.
-func (e *entry) consumed() int64 {
-	return e.issued - max(e.avail.Load(), 0)
-}
+func (e *entry) consumed() int64 { return e.ledger.Consumed(&e.avail) }
 
-// give adds n tokens to the local allowance. The caller holds e.mu.
-func (e *entry) give(n int64) {
-	e.deposit(n)
-	e.issued += n
-}
+// counter is a count decisions spend from without a lock: a decision
+// subtracts its cost and puts it back if the result is negative. It is
+// the account.Counter of an entry's ledger.
+type counter struct{ atomic.Int64 }
 
-// deposit adds n to avail once no decision is putting back a cost it
-// could not pay (see deposit).
-func (e *entry) deposit(n int64) { deposit(&e.avail, n) }
+// Deposit adds n once no decision is putting back a cost it could not
+// pay (see deposit).
+func (c *counter) Deposit(n int64) { deposit(&c.Int64, n) }
 
 // deposit adds n to a counter decisions spend from, once none is putting
 // back a cost it could not pay: added during such a moment, n would hide
@@ -160,60 +147,47 @@ func deposit(c *atomic.Int64, n int64) {
 	}
 }
 
-// withdraw removes up to n unspent tokens from the local allowance and returns
-// how many it removed. The caller holds e.mu.
-func (e *entry) withdraw(n int64) int64 {
-	if n <= 0 {
-		// A negative n (a caller passing a raw reading of avail while a
-		// decision is putting back a cost) must not add tokens.
-		return 0
-	}
+// Take removes up to n of what is left and returns how much it took.
+func (c *counter) Take(n int64) int64 {
 	for {
-		a := e.avail.Load()
+		a := c.Load()
 		t := min(n, max(a, 0))
-		if t == 0 {
-			return 0
-		}
-		if e.avail.CompareAndSwap(a, a-t) {
-			e.issued -= t
+		if t == 0 || c.CompareAndSwap(a, a-t) {
 			return t
 		}
 	}
 }
 
-// snapshot returns the unspent allowance and the consumption it implies
-// from one reading of avail, waiting out a negative reading as setAllowance does.
-// The caller holds e.mu.
-func (e *entry) snapshot() (held, consumed int64) {
+// Held returns what is left, waiting out a decision putting back a cost;
+// 0 for an evicted entry.
+func (c *counter) Held() int64 {
 	for {
-		a := e.avail.Load()
+		a := c.Load()
 		if a >= 0 || a < evicted/2 {
-			a = max(a, 0)
-			return a, e.issued - a
+			return max(a, 0)
 		}
 		runtime.Gosched()
 	}
 }
 
-// setAllowance sets the local allowance to allowance(consumed), computed from
-// the same reading of avail that the swap replaces, so no decision slips
-// between the reading and the new allowance. A negative reading means a
-// decision is about to put back a cost it could not pay; setAllowance waits for
-// it rather than fold a transient into the books. The caller holds e.mu.
-func (e *entry) setAllowance(allowance func(consumed int64) int64) {
+// Swap sets the counter to to(what it holds), computed from the same
+// reading that the swap replaces, so no decision slips between the
+// reading and the new value. A negative reading means a decision is about
+// to put back a cost it could not pay; Swap waits for it rather than fold
+// a transient into the books. An evicted entry's counter is left alone.
+func (c *counter) Swap(to func(from int64) int64) (from, set int64, ok bool) {
 	for {
-		a := e.avail.Load()
+		a := c.Load()
 		if a < 0 {
 			if a < evicted/2 {
-				return
+				return 0, 0, false
 			}
 			runtime.Gosched()
 			continue
 		}
-		target := max(allowance(e.issued-a), 0)
-		if e.avail.CompareAndSwap(a, target) {
-			e.issued += target - a
-			return
+		t := to(a)
+		if c.CompareAndSwap(a, t) {
+			return a, t, true
 		}
 	}
 }

@@ -10,34 +10,34 @@ import (
 
 // TestEntryWithdrawNeverAdds pins the bug where a raw negative reading of
 // avail (a decision about to put back a cost it could not pay) passed to
-// withdraw added a token to the books.
+// Withdraw added a token to the books.
 func TestEntryWithdrawNeverAdds(t *testing.T) {
 	var e entry
-	e.give(3)
+	e.ledger.Give(&e.avail, 3)
 	for _, n := range []int64{-5, -1, 0} {
-		if got := e.withdraw(n); got != 0 || e.avail.Load() != 3 || e.issued != 3 {
-			t.Errorf("withdraw(%d) = %d, avail %d, issued %d; want 0, 3, 3", n, got, e.avail.Load(), e.issued)
+		if got := e.ledger.Withdraw(&e.avail, n); got != 0 || e.avail.Load() != 3 || e.ledger.Issued != 3 {
+			t.Errorf("withdraw(%d) = %d, avail %d, issued %d; want 0, 3, 3", n, got, e.avail.Load(), e.ledger.Issued)
 		}
 	}
-	if got := e.withdraw(5); got != 3 || e.avail.Load() != 0 || e.issued != 0 {
-		t.Errorf("withdraw(5) = %d, avail %d, issued %d; want 3, 0, 0", got, e.avail.Load(), e.issued)
+	if got := e.ledger.Withdraw(&e.avail, 5); got != 3 || e.avail.Load() != 0 || e.ledger.Issued != 0 {
+		t.Errorf("withdraw(5) = %d, avail %d, issued %d; want 3, 0, 0", got, e.avail.Load(), e.ledger.Issued)
 	}
 }
 
-// TestEntrySetAllowanceCountsFromOneReading checks that setAllowance
+// TestEntrySetAllowanceCountsFromOneReading checks that SetAllowance
 // computes the new allowance from the same reading of avail that it
 // replaces.
 func TestEntrySetAllowanceCountsFromOneReading(t *testing.T) {
 	var e entry
-	e.give(10)
+	e.ledger.Give(&e.avail, 10)
 	e.avail.Add(-4) // four admitted
-	e.setAllowance(func(consumed int64) int64 {
+	e.ledger.SetAllowance(&e.avail, func(consumed int64) int64 {
 		if consumed != 4 {
 			t.Errorf("setAllowance saw consumed %d, want 4", consumed)
 		}
 		return 7
 	})
-	if held, consumed := e.snapshot(); held != 7 || consumed != 4 {
+	if held, consumed := e.ledger.Snapshot(&e.avail); held != 7 || consumed != 4 {
 		t.Errorf("after setAllowance: held %d, consumed %d; want 7, 4", held, consumed)
 	}
 }

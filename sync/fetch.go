@@ -105,7 +105,7 @@ func (l *Limiter) fetch(ctx context.Context, serial uint64, deadline time.Time) 
 // it through fetch instead, which lets others ask first (the linger).
 func (l *Limiter) flag(e *entry, cost int64, wake bool) (serial uint64) {
 	l.lockGather(e)
-	e.waiting += cost
+	e.ledger.Waiting += cost
 	already := e.flagged
 	e.flagged = true
 	l.scatterUnlock(e)

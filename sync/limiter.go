@@ -44,7 +44,7 @@ type Limiter struct {
 	rdb   hybridlimit.Redis
 	cfg   config
 	pol   account.Policy
-	mode  mode
+	mode  account.Mode // Reserve's or Optimistic's part of a round
 	tr    transport
 	ks    hybridlimit.Keyspace
 	tags  []string // hash tag of each slot group
@@ -158,9 +158,9 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		closedCh: make(chan struct{}),
 	}
 	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
-	l.mode = reserve{l}
+	l.mode = account.Reserve{Policy: l.pol}
 	if cfg.mode == Optimistic {
-		l.mode = optimistic{l, account.Optimistic{Budget: cfg.overshoot, Life: l.allowanceLife()}}
+		l.mode = account.Optimistic{Policy: l.pol, Budget: cfg.overshoot, Life: l.allowanceLife()}
 	}
 	l.tr = l.transport()
 	// Sequence numbers start at the clock in microseconds, so a restarted
@@ -193,7 +193,7 @@ func (l *Limiter) transport() transport {
 		rdb:    l.rdb,
 		script: script,
 		header: scripts.SyncHeader{
-			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.wire(), Instance: l.cfg.instanceID,
+			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.Wire(), Instance: l.cfg.instanceID,
 			AllowanceLifeUS: l.allowanceLife().Microseconds(),
 		}.Args(),
 		maxKeys: l.cfg.maxKeysPerCall,
@@ -312,7 +312,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 		}
 		l.lockGather(e)
 		if n := min(cost, e.consumed()); n > 0 && !e.dead.Load() {
-			e.deposit(n)
+			e.avail.Deposit(n)
 			cost -= n
 			l.stats.refunded.Add(uint64(n))
 		}
@@ -491,4 +491,14 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 	}
 	l.stats.deniedRemote.Inc()
 	return denied(limit, l.retryAfter(e, cost, t), hybridlimit.SourceLocal), true
+}
+
+// allowanceLife is how long an Optimistic allowance counts in Redis against
+// the other instances' allowances. The instance renews it at a fifth of its
+// life and stops spending it at half its life (account.Optimistic.Lapse),
+// so what it spent is reported before the allowance stops counting unless
+// its reports fail for some five intervals; a crashed instance's allowance
+// holds others back for at most this long.
+func (l *Limiter) allowanceLife() time.Duration {
+	return 10*l.cfg.interval + l.cfg.roundTimeout
 }

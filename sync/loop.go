@@ -201,7 +201,7 @@ func (l *Limiter) evictIdle(now time.Time) {
 			l.tableOf(e).delete(e)
 			l.tracked.Add(-1)
 			l.stats.evictions.Add(1)
-			l.stats.evictedAdmitted.Add(uint64(e.issued)) // nothing held: all issued was admitted
+			l.stats.evictedAdmitted.Add(uint64(e.ledger.Issued)) // nothing held: all issued was admitted
 		}
 	}
 }
@@ -210,15 +210,15 @@ func (l *Limiter) evictIdle(now time.Time) {
 // consumption for a few rounds, everything reported, nothing held that
 // Redis counts as ours. The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.inflight || e.unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.use.UsedAt) < 2*l.pol.IdleHold() {
+	if e.ledger.InFlight || e.ledger.Unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.ledger.Use.UsedAt) < 2*l.pol.IdleHold() {
 		return false
 	}
 	if !e.synced.Load() {
 		// Never asked (a part a decision might have turned to): Redis
 		// counts nothing for it, and it was given nothing.
-		return e.issued == 0 && e.avail.Load() == 0
+		return e.ledger.Issued == 0 && e.avail.Load() == 0
 	}
-	return l.mode.idle(e)
+	return l.mode.Idle(&e.ledger, &e.avail)
 }
 
 // announce records this instance in the presence set (or removes it),

@@ -128,7 +128,7 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 	}
 	ledger := rdb.HGet(ctx, bucket, "l:b").Val()
 	b.lockGather(home)
-	issued, unacked := home.issued, home.unacked
+	issued, unacked := home.ledger.Issued, home.ledger.Unacked
 	b.scatterUnlock(home)
 	t.Logf("b's ledger in Redis %q; b's entry issued %d, unacked %v", ledger, issued, unacked)
 

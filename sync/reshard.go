@@ -440,15 +440,15 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	// it would start at nothing, and the allowance carried would look
 	// like excess and go back to the new home part at once, which holds
 	// only its share of the burst and may not take it all.
-	use := home.use
+	use := home.ledger.Use
 	unlock()
 	share := l.carry(key, limit, int(next.shard), carried, now, to)
 	l.lockGather(next)
-	next.give(share)
-	next.acked = share // the base the new ledger starts from
-	next.issued += owed
+	next.ledger.Give(&next.avail, share)
+	next.ledger.Acked = share // the base the new ledger starts from
+	next.ledger.Issued += owed
 	l.debts.add(next, owed, since)
-	next.use.Rate, next.use.UsedAt = use.Rate, use.UsedAt
+	next.ledger.Use.Rate, next.ledger.Use.UsedAt = use.Rate, use.UsedAt
 	l.scatterUnlock(next)
 	l.sched.at(next, l.nanos(now))
 	l.stats.moves.Add(1)
@@ -476,10 +476,10 @@ func (l *Limiter) layoutEntries(home *entry) []*entry {
 // moveMu and the entries' mutexes.
 func (l *Limiter) movable(key string, old []*entry, to layout, back bool) bool {
 	for _, e := range old {
-		if back && e.unacked {
+		if back && e.ledger.Unacked {
 			return false
 		}
-		if e.inflight {
+		if e.ledger.InFlight {
 			if l.pending == nil {
 				l.pending = make(map[string]layout)
 			}
@@ -508,7 +508,7 @@ func (l *Limiter) retireAll(old []*entry, home *entry, t int64) (carried, owed, 
 			owed += o
 			since = min(since, s)
 		}
-		l.stats.evictedAdmitted.Add(uint64(max(e.issued-o, 0)))
+		l.stats.evictedAdmitted.Add(uint64(max(e.ledger.Issued-o, 0)))
 		if e != home {
 			l.parts.delete(e)
 			l.tracked.Add(-1)
@@ -532,8 +532,8 @@ func (l *Limiter) carry(key string, limit hybridlimit.Limit, j0 int, carried int
 		}
 		if p := l.carrier(key, limit, now, j, to); p != nil {
 			l.lockGather(p)
-			p.give(c)
-			p.acked = c
+			p.ledger.Give(&p.avail, c)
+			p.ledger.Acked = c
 			l.scatterUnlock(p)
 			l.sched.at(p, l.nanos(now))
 		} else {
@@ -568,7 +568,7 @@ func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	defer l.retiring.Unlock()
 	l.lockGather(e)
 	_, killed := e.retire()
-	issued := e.issued
+	issued := e.ledger.Issued
 	if killed {
 		owed, since = l.debts.remove(e)
 	}
@@ -592,7 +592,7 @@ func (e *entry) retire() (took int64, killed bool) {
 		return 0, false
 	}
 	for {
-		took += e.withdraw(e.avail.Load())
+		took += e.ledger.Withdraw(&e.avail, e.avail.Load())
 		if e.evict() {
 			return took, true
 		}

@@ -106,7 +106,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 // e.mu.
 func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool) {
 	l := r.l
-	if e.inflight || e.dead.Load() {
+	if e.ledger.InFlight || e.dead.Load() {
 		e.flagged = false
 		return message{}, false
 	}
@@ -118,8 +118,8 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 		// through the configured layout, whose markers are kept, rather
 		// than spend a layout no one else uses.
 		r.rejoin = append(r.rejoin, e.owner)
-		if !e.unacked {
-			e.flagged, e.waiting = false, 0
+		if !e.ledger.Unacked {
+			e.flagged, e.ledger.Waiting = false, 0
 			l.sched.at(e, l.nanos(now)) // again next tick, if the move waits
 			return message{}, false
 		}
@@ -129,17 +129,17 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 		// move.
 		last = true
 	}
-	l.mode.lapse(e, l.nanos(now))
+	l.mode.Lapse(&e.ledger, &e.avail, l.nanos(now))
 	if !final && l.looping.Load() && l.nodes.of(int(e.group)).breaker.isOpen() {
 		// Its node is failing: the loop's probe asks it, not a round every
 		// other node's keys would wait for. Without the loop the rounds
 		// themselves are the probe.
-		e.flagged, e.waiting = false, 0
+		e.flagged, e.ledger.Waiting = false, 0
 		l.sched.at(e, l.nanos(now.Add(l.cfg.interval)))
 		return message{}, false
 	}
 	m, send := l.compose(now, e, last)
-	e.flagged, e.waiting = false, 0
+	e.flagged, e.ledger.Waiting = false, 0
 	if !send {
 		if e.avail.Load() > 0 {
 			// Nothing to say yet: look again when the allowance may run
@@ -154,30 +154,25 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 	}
 	m.e, m.key, m.group = e, e.limit.Load(), int(e.group)
 	m.wire.Seq, m.wire.Epoch = l.seq.Add(1), e.epoch
-	e.inflight = true
-	e.sentAt = l.nanos(now)
+	e.ledger.Sending(l.nanos(now))
 	return m, true
 }
 
-// compose computes e's message: what is common to both modes (the limit,
-// the ledger total last heard, the debt), then the mode's part. The
-// caller holds e.mu.
+// compose computes e's message (account.Ledger.Compose), having measured
+// e's demand. The caller holds e.mu.
 func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	limit := partLimit(e)
 	t := l.nanos(now)
-	e.use.Observe(e.consumed(), t, l.cfg.interval)
-	m := message{limit: limit, wire: scripts.SyncMsg{
-		Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst,
-		Base: e.acked, Budget: -1,
-	}}
-	// What the failure policy admitted Redis takes whatever the bucket
-	// holds, as of when it was admitted; in Reserve mode on top of every
-	// grant this instance heard of (restated, should a failover have lost
-	// it).
-	if d := l.debts.get(e); d != nil && d.Owed > 0 {
-		m.wire.Owed, m.wire.AgeUS = d.Owed, time.Duration(t-d.Since).Microseconds()
+	e.ledger.Use.Observe(e.consumed(), t, l.cfg.interval)
+	k := account.Look{
+		T: t, Holding: l.view(e, limit, now),
+		Synced: e.synced.Load(), Flagged: e.flagged, Closed: l.closed.Load(),
 	}
-	return m, l.mode.compose(now, e, &m, final)
+	if d := l.debts.get(e); d != nil && d.Owed > 0 {
+		k.Owed, k.Since = d.Owed, d.Since
+	}
+	wire, send := e.ledger.Compose(l.mode, &e.avail, k, limit, final)
+	return message{limit: limit, wire: wire}, send
 }
 
 // view returns what the lease policy knows of e under limit, its part's,
@@ -187,10 +182,10 @@ func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) account
 		Limit:   limit,
 		Key:     *e.limit.Load(),
 		Live:    max(l.live.Load(), 1),
-		Demand:  e.use.Rate,
+		Demand:  e.ledger.Use.Rate,
 		Held:    e.avail.Load(),
 		Left:    e.partLeft.Load(),
-		Unused:  time.Duration(l.nanos(now) - e.use.UsedAt),
+		Unused:  time.Duration(l.nanos(now) - e.ledger.Use.UsedAt),
 		Serving: e.key == e.owner || l.turnedTo(e, now),
 	}
 }
@@ -203,7 +198,7 @@ func (l *Limiter) lowLimit(e *entry) bool {
 
 // seed returns what jitters e's next sync: deterministic, and different
 // for each key and reply.
-func seed(e *entry) uint64 { return uint64(e.epoch) ^ uint64(e.acked) }
+func seed(e *entry) uint64 { return uint64(e.epoch) ^ uint64(e.ledger.Acked) }
 
 // ledgerTTL is how long a ledger outlives its last message, in
 // milliseconds: long enough that no message still in flight can find it
@@ -223,8 +218,7 @@ func (r *round) apply(now time.Time) {
 		m := &r.msgs[i]
 		e := m.e
 		l.lockGather(e)
-		e.inflight = false
-		e.unacked = !m.ok
+		e.ledger.Answered(m.ok)
 		next := l.nanos(now) // no reply: say it again next tick
 		switch {
 		case m.ok && m.reply.Reset:
@@ -234,7 +228,7 @@ func (r *round) apply(now time.Time) {
 			if m.reply.Moved() {
 				moved = append(moved, m)
 			}
-			next = e.nextSync
+			next = e.ledger.NextSync
 		}
 		l.scatterUnlock(e)
 		l.sched.at(e, next)
@@ -274,13 +268,14 @@ func (l *Limiter) seqPast(seq int64) {
 
 // applyReply folds one reply into e. The caller holds e.mu.
 func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
-	e.acked = m.reply.Total
-	e.heardAt.Store(l.nanos(now))
+	t := l.nanos(now)
+	e.heardAt.Store(t)
 	e.synced.Store(true)
 	// Taken, or reported; a closed part took nothing, and the move
 	// carries it.
-	l.debts.answered(e, m, !m.reply.Moved(), e.sentAt)
-	left := l.mode.apply(now, e, m)
+	l.debts.answered(e, m, !m.reply.Moved(), e.ledger.SentAt)
+	k := account.Look{T: t, Owed: l.debts.owed(e), Closed: l.closed.Load()}
+	left := e.ledger.Apply(l.mode, &e.avail, k, m.wire, m.reply)
 	e.partLeft.Store(left)
 	if e.shards > 1 {
 		l.sumParts(e)
@@ -288,14 +283,14 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 		e.remaining.Store(left)
 	}
 	e.resetAfter.Store(int64(time.Duration(m.reply.ResetUS) * time.Microsecond))
-	e.nextSync = l.nanos(now) + int64(l.pol.Next(l.view(e, m.limit, now), seed(e)))
+	e.ledger.NextSync = t + int64(l.pol.Next(l.view(e, m.limit, now), seed(e)))
 	switch {
 	case m.reply.RetryUS > 0:
 		e.denyUntil.Store(l.emptyUntil(now, e, m))
 		e.deniedFor.Store(limitHash(*m.key))
-	case l.mode.starved(m):
+	case l.mode.Starved(m.reply):
 		// Ask at the next round rather than at every denial.
-		e.denyUntil.Store(e.nextSync)
+		e.denyUntil.Store(e.ledger.NextSync)
 		e.deniedFor.Store(limitHash(*m.key))
 	default:
 		e.denyUntil.Store(0)
@@ -304,8 +299,8 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 
 // emptyUntil returns until when e denies locally after Redis said its
 // bucket is empty (account.EmptyUntil). The caller holds e.mu and has set
-// e.nextSync.
+// e.ledger.NextSync.
 func (l *Limiter) emptyUntil(now time.Time, e *entry, m *message) int64 {
 	retry := int64(time.Duration(m.reply.RetryUS) * time.Microsecond)
-	return account.EmptyUntil(l.nanos(now), retry, e.nextSync, !l.lowLimit(e), e.gen > 0, l.cfg.interval)
+	return account.EmptyUntil(l.nanos(now), retry, e.ledger.NextSync, !l.lowLimit(e), e.gen > 0, l.cfg.interval)
 }

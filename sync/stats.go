@@ -208,7 +208,7 @@ func (l *Limiter) tally() (admitted uint64, outstanding, split int64) {
 	admitted = c.evictedAdmitted.Load() + c.refunded.Load() - c.dropped.Load()
 	l.each(func(e *entry) {
 		l.lockGather(e)
-		held, consumed := e.snapshot()
+		held, consumed := e.ledger.Snapshot(&e.avail)
 		l.scatterUnlock(e)
 		admitted += uint64(consumed)
 		outstanding += held

@@ -73,7 +73,7 @@ func (l *Limiter) lockGather(e *entry) {
 // scatterUnlock spreads e's allowance over its counters, first giving them
 // to a key whose demand has reached Tuning.StripeDemand, and releases e.mu.
 func (l *Limiter) scatterUnlock(e *entry) {
-	if e.stripes.Load() == nil && e.use.Rate >= l.cfg.stripeDemand && !e.dead.Load() {
+	if e.stripes.Load() == nil && e.ledger.Use.Rate >= l.cfg.stripeDemand && !e.dead.Load() {
 		if s := newStripes(); s != nil {
 			e.stripes.Store(s)
 		}
@@ -191,7 +191,7 @@ func (e *entry) gather() {
 				break
 			}
 			if c.n.CompareAndSwap(n, 0) {
-				e.deposit(n)
+				e.avail.Deposit(n)
 				break
 			}
 		}

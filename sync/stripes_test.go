@@ -18,7 +18,7 @@ func spreadEntry(t *testing.T, n int64) (*Limiter, *entry) {
 	l.cfg.stripeDemand = 0
 	e := &entry{}
 	l.lockGather(e)
-	e.give(n)
+	e.ledger.Give(&e.avail, n)
 	l.scatterUnlock(e)
 	if e.stripes.Load() == nil || e.avail.Load() == n {
 		t.Fatalf("%d tokens not spread at stripe demand 0", n)
@@ -54,31 +54,31 @@ func TestStripesKeepEveryToken(t *testing.T) {
 	var last int64
 	for i := range 10000 {
 		l.lockGather(e)
-		held, consumed := e.snapshot()
+		held, consumed := e.ledger.Snapshot(&e.avail)
 		if consumed < last {
 			t.Errorf("round %d: consumed fell from %d to %d", i, last, consumed)
 		}
 		last = consumed
 		switch i % 3 {
 		case 0:
-			e.give(50)
+			e.ledger.Give(&e.avail, 50)
 		case 1:
-			e.withdraw(held / 2)
+			e.ledger.Withdraw(&e.avail, held/2)
 		default:
-			e.setAllowance(func(int64) int64 { return held + 7 })
+			e.ledger.SetAllowance(&e.avail, func(int64) int64 { return held + 7 })
 		}
 		l.scatterUnlock(e)
 	}
 	close(stop)
 	wg.Wait()
 	l.lockGather(e)
-	held, consumed := e.snapshot()
+	held, consumed := e.ledger.Snapshot(&e.avail)
 	l.scatterUnlock(e)
 	if consumed != spent.Load() {
 		t.Errorf("consumed %d, spenders took %d", consumed, spent.Load())
 	}
-	if held+consumed != e.issued {
-		t.Errorf("held %d + consumed %d != issued %d", held, consumed, e.issued)
+	if held+consumed != e.ledger.Issued {
+		t.Errorf("held %d + consumed %d != issued %d", held, consumed, e.ledger.Issued)
 	}
 }
 
@@ -133,7 +133,7 @@ func TestStripesPayLargeCosts(t *testing.T) {
 		t.Errorf("pay(3) paid from the 2 left (left %d)", n)
 	}
 	l.lockGather(e)
-	held, consumed := e.snapshot()
+	held, consumed := e.ledger.Snapshot(&e.avail)
 	l.scatterUnlock(e)
 	if held != 2 || consumed != 10 {
 		t.Errorf("held %d, consumed %d; want 2, 10", held, consumed)

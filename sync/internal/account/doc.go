@@ -5,12 +5,16 @@
 // from, the rounds and the transport around it, and asks the account what
 // to do:
 //
+//	ledger.go  the key's ledger on this instance (Ledger): what it was
+//	           issued and Redis acknowledged, the message in flight; how a
+//	           message is composed and a reply applied, on the counter
+//	           decisions spend from (Counter), and the Mode interface
 //	policy.go  the lease policy: how much a key holds ahead of demand
 //	           (Holding, Policy), when it tops up and hands back, when it
 //	           is next looked at; the demand estimate (Usage)
-//	modes.go   what the two modes ask, state and grant: Reserve's ask and
-//	           grant, Optimistic's allowance, its lapse and renewal; how
-//	           long a key denies after Redis said its bucket is empty
+//	modes.go   the two modes (Reserve, Optimistic): what each asks, states
+//	           and grants; Optimistic's allowance, its lapse and renewal;
+//	           how long a key denies after Redis said its bucket is empty
 //	debt.go    what the failure policy admitted and a key owes Redis
 //	           (Debt), and the share bucket it admits from (SeedShare)
 //

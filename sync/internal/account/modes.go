@@ -1,6 +1,10 @@
 package account
 
-import "time"
+import (
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
+)
 
 // The two modes' arithmetic. Reserve takes allowance from the global
 // bucket before it spends it: a message states the tokens granted in all
@@ -40,8 +44,15 @@ func ReserveGrant(total, issued, owed int64) int64 {
 	return max(total-(issued-owed), 0)
 }
 
-// Optimistic is the Optimistic mode's configuration.
+// Optimistic is the Optimistic mode: an instance spends first and
+// reports. A message states the tokens admitted in all; Redis debits what
+// is new (overdrawing the bucket if need be, paid back by later denials)
+// and replies with the allowance the instance may spend until its next
+// message: all the bucket holds, or under an overshoot budget a share
+// that, over all instances, never exceeds what the bucket holds plus the
+// budget.
 type Optimistic struct {
+	Policy Policy
 	Budget float64       // the overshoot budget, a fraction of a burst; -1 for none
 	Life   time.Duration // how long an allowance counts in Redis against the others'
 }
@@ -95,11 +106,6 @@ func Allowance(granted, consumed, sent int64) int64 {
 	return granted - (consumed - sent)
 }
 
-// Starved reports whether a reply that found tokens in the bucket leaves
-// the key no allowance: other instances hold them all under the budget,
-// and nothing comes free before they report.
-func (o Optimistic) Starved(allowance int64) bool { return o.Budget >= 0 && allowance == 0 }
-
 // EmptyUntil returns until when (ns of the limiter's clock) a key denies
 // locally after Redis said at now that its bucket is empty for retry ns:
 // until a token is due, or, for a limit that is leased out (not a low
@@ -121,3 +127,127 @@ func EmptyUntil(now, retry, nextSync int64, leased, moved bool, interval time.Du
 	}
 	return until
 }
+
+// Reserve is the Reserve mode: an instance takes allowance from the
+// global bucket before it spends it. A message states the tokens granted
+// in all that the instance wants; Redis grants the difference as far as
+// the bucket holds, or takes back what is handed back.
+type Reserve struct{ Policy Policy }
+
+// Wire names the mode to sync.lua.
+func (Reserve) Wire() scripts.SyncMode { return scripts.ModeReserve }
+
+// Lapse: a grant never lapses.
+func (Reserve) Lapse(*Ledger, Counter, int64) {}
+
+// Compose asks for what the lease policy wants the key to hold, or hands
+// back what it holds beyond that. What it hands back it takes from the
+// counter first, so that no reply, lost or late, can let this instance
+// spend it.
+func (r Reserve) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
+	excess, more := r.Policy.ReserveAsk(k.Holding, l.Waiting, final)
+	l.Withdraw(c, excess)
+	m.Value = l.Issued + more
+	return more > 0 || ReserveSays(m.Value, l.Acked, m.Owed, l.Unacked, k.Synced, l.Waiting)
+}
+
+// Apply gives the key what Redis granted beyond what it had heard of.
+func (Reserve) Apply(l *Ledger, c Counter, k Look, _ scripts.SyncMsg, r scripts.SyncReply) int64 {
+	if n := ReserveGrant(r.Total, l.Issued, k.Owed); n > 0 {
+		l.Give(c, n)
+	}
+	return r.Remaining
+}
+
+// Starved: what a reply grants is the key's.
+func (Reserve) Starved(scripts.SyncReply) bool { return false }
+
+// Idle: nothing held, everything handed back acknowledged.
+func (Reserve) Idle(l *Ledger, c Counter) bool { return c.Load() == 0 && l.Issued == l.Acked }
+
+// Short: cost less the allowance held, which Redis granted already.
+func (Reserve) Short(_ *Ledger, c Counter, cost int64) int64 { return cost - max(c.Load(), 0) }
+
+// Fetches: a key out of allowance asks for more at once.
+func (Reserve) Fetches(bool) bool { return true }
+
+// Wire names the mode to sync.lua.
+func (Optimistic) Wire() scripts.SyncMode { return scripts.ModeOptimistic }
+
+// Lapse stops spending an allowance half-way to lapsing in Redis and not
+// renewed, with half a life of margin for a late round.
+func (o Optimistic) Lapse(l *Ledger, c Counter, t int64) {
+	if o.Lapsing(t, l.GrantAt) {
+		l.Withdraw(c, c.Load())
+	}
+}
+
+// Compose reports what the key admitted, and what it holds unspent,
+// which Redis never records less of (it may be spent before the reply).
+func (o Optimistic) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
+	m.Budget = o.BudgetOf(m.Burst)
+	if final {
+		l.SetAllowance(c, func(int64) int64 { return 0 })
+		m.Held = -1 // closing: record no allowance
+	} else if o.Budget >= 0 {
+		// Under a budget, hand back what is beyond twice what the key keeps.
+		keep := o.Policy.Keep(k.Holding, l.Waiting)
+		if a := c.Load(); a > 2*keep {
+			l.Withdraw(c, a-keep)
+		}
+	}
+	held, consumed := l.Snapshot(c)
+	if !final {
+		m.Held = held
+	}
+	m.Value = consumed
+	renewing := o.Renewing(held, k.T, l.GrantAt)
+	return OptimisticSays(consumed, l.Acked, k.Synced, l.Unacked, final, renewing, k.Flagged)
+}
+
+// Apply sets the allowance to what the reply grants, less what the key
+// admitted since the message: the allowance counts from the consumption
+// the message carried (its Value). After Close nothing more is admitted, so nothing
+// goes unreported. It returns what the bucket holds beyond the allowance.
+func (o Optimistic) Apply(l *Ledger, c Counter, k Look, m scripts.SyncMsg, r scripts.SyncReply) int64 {
+	// A reply that comes back half an allowance's life or more after its
+	// message was prepared brings an allowance that Lapse would take back
+	// at once, and that may have lapsed in Redis meanwhile and gone to
+	// others: spend none of it. What the message reported stays counted,
+	// and the next message asks afresh. (A client that ignores context
+	// deadlines hands such replies over however long the round timeout.)
+	stale := o.Lapsing(k.T, l.SentAt)
+	l.SetAllowance(c, func(consumed int64) int64 {
+		if k.Closed || stale {
+			return 0
+		}
+		return Allowance(r.Allowance, consumed, m.Value)
+	})
+	l.GrantAt = l.SentAt
+	return max(r.Remaining-r.Allowance, 0)
+}
+
+// Starved: tokens are left but other instances hold them all under the
+// budget, and nothing comes free before they report.
+func (o Optimistic) Starved(r scripts.SyncReply) bool { return o.Budget >= 0 && r.Allowance == 0 }
+
+// Idle: everything admitted reported (below Acked only after a refund of
+// what was reported); the allowance held is the instance's own, which
+// Redis does not count, and goes.
+func (Optimistic) Idle(l *Ledger, c Counter) bool {
+	if l.Consumed(c) > l.Acked {
+		return false
+	}
+	l.Withdraw(c, c.Load())
+	return true
+}
+
+// Short: cost plus what the key admitted since its last report, which the
+// bucket has yet to be debited; the next reply's allowance is what the
+// bucket holds then, in place of what the key holds now.
+func (Optimistic) Short(l *Ledger, c Counter, cost int64) int64 {
+	return cost + max(l.Consumed(c)-l.Acked, 0)
+}
+
+// Fetches: once synced, a key out of allowance waits for the next round.
+func (Optimistic) Fetches(synced bool) bool { return !synced }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // TestReserveSteps steps one Reserve key's accounting over rounds 250 ms
@@ -102,7 +103,7 @@ func TestOptimisticAllowanceSteps(t *testing.T) {
 		t.Error("renewing with nothing held")
 	}
 	none := Optimistic{Budget: -1, Life: o.Life}
-	if none.Lapsing(ms(10_000), 0) || none.Renewing(5, ms(10_000), 0) || none.Starved(0) || none.BudgetOf(1000) != -1 {
+	if none.Lapsing(ms(10_000), 0) || none.Renewing(5, ms(10_000), 0) || none.Starved(scripts.SyncReply{}) || none.BudgetOf(1000) != -1 {
 		t.Error("without a budget an allowance neither lapses, renews, nor starves")
 	}
 	if got := o.BudgetOf(1000); got != 100 {
@@ -113,7 +114,7 @@ func TestOptimisticAllowanceSteps(t *testing.T) {
 	if got := Allowance(20, 45, 40); got != 15 {
 		t.Errorf("Allowance = %d, want 15", got)
 	}
-	if !o.Starved(0) || o.Starved(1) {
+	if !o.Starved(scripts.SyncReply{}) || o.Starved(scripts.SyncReply{Allowance: 1}) {
 		t.Error("starved: want only a reply that grants nothing")
 	}
 }
