@@ -21,7 +21,7 @@
 --     debt at most one burst (or the budget, if more) deep, so
 --     over-admission is paid back by later denials instead of forgotten.
 --     Of value's increase, owed is debited as of age ago, as in reserve
---     mode.
+--     mode, and into debt as deep as it goes.
 --     The reply also carries the allowance the instance may admit before
 --     its next message. With an overshoot budget (ARGV per key, >= 0) the
 --     allowances of all instances, each recorded in a hash until it
@@ -438,6 +438,7 @@ for i = 1, keys do repeat -- once; break is the next key
   end
 
   local lseq, total = 0, base
+  local otext = nil -- field o, when an Optimistic message owed
   if l then
     local s, e, n = string.match(l, '^(%d+) (%d+) (%d+)')
     lseq = tonumber(s)
@@ -468,10 +469,22 @@ for i = 1, keys do repeat -- once; break is the next key
         owe(b, back, now - age, interval)
       end
       take(b, value - total - back, interval)
-      -- The debt is kept as deep as admissions can go: a burst, or the
-      -- budget when that is more; forgiven past it, a budget above one
-      -- burst was handed out again once a burst had refilled.
-      b.tat = math.min(b.tat, now + tolerance + math.max(tolerance, budget * interval))
+      -- The overdraft of admissions is kept as deep as admissions can go:
+      -- a burst, or the budget when that is more; forgiven past it, a
+      -- budget above one burst was handed out again once a burst had
+      -- refilled. What was owed (admitted by the failure policy, or
+      -- charged after the fact) is a debt below that, never forgiven:
+      -- field o holds when the owed costs alone would be repaid, and the
+      -- overdraft is kept as deep from there.
+      local deepest = now + tolerance + math.max(tolerance, budget * interval)
+      if back > 0 or b.tat > deepest then
+        local o = math.max(tonumber(redis.call('HGET', bkey, 'o')) or 0, now)
+        if back > 0 then
+          o = o + back * interval
+          otext = string.format('%.17g', o)
+        end
+        b.tat = math.min(b.tat, deepest + (o - now))
+      end
       total = value
     end
     if not l then prune(bkey) end
@@ -481,6 +494,9 @@ for i = 1, keys do repeat -- once; break is the next key
     local t = tat_text(b.tat, raw)
     if t then
       w[5], w[6] = 't', t
+    end
+    if otext then
+      w[#w + 1], w[#w + 2] = 'o', otext
     end
     if b.stretch then
       local ftext, gtext = stretches_text(b)

@@ -25,7 +25,7 @@ type hybridCollector struct {
 	elsewhere                                                  *prometheus.Desc
 	decisions, breakerOpens, breakerCloses, owed, evicted      *prometheus.Desc
 	nodeBreakerOpen, nodeBreakerOpenTime                       *prometheus.Desc
-	admitted, outstanding, staleness, breakerOpenTime          *prometheus.Desc
+	admitted, charged, outstanding, staleness, breakerOpenTime *prometheus.Desc
 	roundDuration, roundMessages, errors                       *prometheus.Desc
 	splitKeys, reshards, moves                                 *prometheus.Desc
 }
@@ -52,6 +52,7 @@ type hybridCollector struct {
 //	hybridlimit_sync_evictions_total                  counter
 //	hybridlimit_sync_last_round_duration_seconds      gauge
 //	hybridlimit_sync_admitted_cost_total              counter
+//	hybridlimit_sync_charged_cost_total               counter
 //	hybridlimit_sync_outstanding_allowance            gauge
 //	hybridlimit_sync_view_staleness_seconds           gauge
 //	hybridlimit_sync_breaker_open_seconds_total       counter
@@ -110,9 +111,10 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		breakerCloses:       d("breaker_closes_total", "Times the breaker of a Redis node closed again."),
 		nodeBreakerOpen:     d("node_breaker_open", "1 while this Redis node's breaker is open and the failure policy decides for the keys whose slots it serves, else 0.", "node"),
 		nodeBreakerOpenTime: d("node_breaker_open_seconds_total", "Time this Redis node's breaker has been open.", "node"),
-		owed:                d("owed_cost", "Cost the failure policy (FallbackLocal) admitted that Redis has not yet taken from the keys' buckets: paid at each key's next sync."),
+		owed:                d("owed_cost", "Cost the failure policy (FallbackLocal) admitted, or Charge charged beyond the allowance, that Redis has not yet taken from the keys' buckets: paid at each key's next sync."),
 		evicted:             d("evictions_total", "Idle keys dropped from memory."),
-		admitted:            d("admitted_cost_total", "Cost admitted from local allowance, all keys."),
+		admitted:            d("admitted_cost_total", "Cost admitted from local allowance, all keys, charges included."),
+		charged:             d("charged_cost_total", "Cost charged after the fact (Charge), all keys."),
 		outstanding:         d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
 		staleness:           d("view_staleness_seconds", "How long Redis has left unanswered the sync rounds that needed it: 0 while it answers, and on an instance with nothing to sync."),
 		breakerOpenTime:     d("breaker_open_seconds_total", "Time the breakers of the Redis nodes have been open, summed over the nodes: the failure policy deciding for some keys."),
@@ -131,7 +133,7 @@ func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
 		c.fetches, c.messages, c.scriptCalls, c.elsewhere, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.owed, c.evicted,
 		c.nodeBreakerOpen, c.nodeBreakerOpenTime,
-		c.admitted, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
+		c.admitted, c.charged, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
 		ch <- d
 	}
 }
@@ -171,6 +173,7 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.evicted, s.Evictions)
 	counter(c.admitted, s.Admitted)
+	counter(c.charged, s.Charged)
 	gauge(c.outstanding, float64(s.Outstanding))
 	gauge(c.staleness, s.Unanswered.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())

@@ -24,7 +24,7 @@ func TestHybridCollector(t *testing.T) {
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110, Elsewhere: 13,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Owed: 11, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
-		Admitted: 9000, Outstanding: 42, SinceSync: time.Minute, Unanswered: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
+		Admitted: 9000, Charged: 120, Outstanding: 42, SinceSync: time.Minute, Unanswered: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
 		Nodes: []hlsync.NodeStats{{Addr: "10.0.0.1:6379", BreakerOpen: true, OpenFor: 2 * time.Second}, {Addr: "10.0.0.2:6379", OpenFor: time.Second}},
 		// The collector takes the bounds from the snapshot, whatever they are.
 		RoundDuration: hybridlimit.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
@@ -38,7 +38,7 @@ func TestHybridCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP hybridlimit_sync_admitted_cost_total Cost admitted from local allowance, all keys.
+# HELP hybridlimit_sync_admitted_cost_total Cost admitted from local allowance, all keys, charges included.
 # TYPE hybridlimit_sync_admitted_cost_total counter
 hybridlimit_sync_admitted_cost_total{instance_name="a"} 9000
 # HELP hybridlimit_sync_breaker_closes_total Times the breaker of a Redis node closed again.
@@ -53,6 +53,9 @@ hybridlimit_sync_breaker_open_seconds_total{instance_name="a"} 3
 # HELP hybridlimit_sync_breaker_opens_total Times the breaker of a Redis node opened.
 # TYPE hybridlimit_sync_breaker_opens_total counter
 hybridlimit_sync_breaker_opens_total{instance_name="a"} 2
+# HELP hybridlimit_sync_charged_cost_total Cost charged after the fact (Charge), all keys.
+# TYPE hybridlimit_sync_charged_cost_total counter
+hybridlimit_sync_charged_cost_total{instance_name="a"} 120
 # HELP hybridlimit_sync_decisions_total Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.
 # TYPE hybridlimit_sync_decisions_total counter
 hybridlimit_sync_decisions_total{instance_name="a",outcome="allowed",path="fail_open"} 6
@@ -100,7 +103,7 @@ hybridlimit_sync_node_breaker_open{instance_name="a",node="10.0.0.2:6379"} 0
 # TYPE hybridlimit_sync_node_breaker_open_seconds_total counter
 hybridlimit_sync_node_breaker_open_seconds_total{instance_name="a",node="10.0.0.1:6379"} 2
 hybridlimit_sync_node_breaker_open_seconds_total{instance_name="a",node="10.0.0.2:6379"} 1
-# HELP hybridlimit_sync_owed_cost Cost the failure policy (FallbackLocal) admitted that Redis has not yet taken from the keys' buckets: paid at each key's next sync.
+# HELP hybridlimit_sync_owed_cost Cost the failure policy (FallbackLocal) admitted, or Charge charged beyond the allowance, that Redis has not yet taken from the keys' buckets: paid at each key's next sync.
 # TYPE hybridlimit_sync_owed_cost gauge
 hybridlimit_sync_owed_cost{instance_name="a"} 11
 # HELP hybridlimit_sync_reshards_total Keys this instance split or merged back (WithAutoSplit).

@@ -14,6 +14,7 @@ package sync
 //
 //	limiter.go    Limiter, New, the decisions' API and their fast path, slot groups
 //	decide.go     the slow path: entries, the wait for a fetch, the failure policy
+//	charge.go     Charge: a cost spent whatever the key holds, owed to Redis
 //	parts.go      split keys: a key's layout, its parts' names, groups and limits,
 //	              the home part, falling over to another part, the sum reported
 //	entry.go      a key's state on this instance, and its allowance counter
@@ -60,7 +61,9 @@ package sync
 //	total       the ledger's running sum, which messages state absolutely
 //	base        the total as the instance last heard it (account.Ledger.Acked)
 //	epoch       the first sequence number of an entry: a new epoch, a new total
-//	owed, debt  cost the failure policy admitted that Redis has not yet taken
+//	owed, debt  cost the failure policy admitted, or Charge charged beyond the
+//	            allowance, that Redis has not yet taken
+//	charge      spend a cost whatever the key holds (Charge); what is lacking is owed
 //	overdrawn   a global bucket below zero, which Optimistic's debits may
 //	            leave; later denials pay it back (not a debt)
 //	share       the instance's part of a limit while its failure policy decides

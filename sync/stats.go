@@ -19,6 +19,7 @@ type counters struct {
 	lastRound                                                  atomic.Int64
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
 	refunded                                                   atomic.Uint64 // tokens given back by Refund
+	charged                                                    atomic.Uint64 // tokens charged by Charge
 	dropped                                                    atomic.Uint64 // tokens held under a burst since lowered, spent by no one
 	admitted                                                   highWater     // the largest Stats.Admitted reported
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, plus 1, of the last round Redis answered; 0 if none
@@ -78,7 +79,8 @@ type Stats struct {
 	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (longer)
 
 	// Decisions of the failure policy, and the cost FallbackLocal admitted
-	// that Redis has not taken yet (each key's next message has it taken).
+	// or Charge charged beyond the allowance that Redis has not taken yet
+	// (each key's next message has it taken).
 	FailOpen, FailClosed, FallbackAllowed, FallbackDenied uint64
 	Owed                                                  int64
 
@@ -95,11 +97,12 @@ type Stats struct {
 	Reshards, Moves uint64
 	SplitKeys       int64
 
-	// Cost admitted from allowance since New, refunds included; cost given
-	// back by Refund; allowance dropped unspent by a lowered burst; and the
-	// allowance held unspent now.
-	Admitted, Refunded, Dropped uint64
-	Outstanding                 int64
+	// Cost admitted from allowance since New, refunds and charges
+	// included; cost given back by Refund; cost charged by Charge;
+	// allowance dropped unspent by a lowered burst; and the allowance held
+	// unspent now.
+	Admitted, Refunded, Charged, Dropped uint64
+	Outstanding                          int64
 
 	SinceSync time.Duration // since Redis last answered a round (0 before the first); grows on an instance with nothing to sync
 	// Unanswered is how long Redis has left unanswered the rounds that
@@ -167,6 +170,7 @@ func (l *Limiter) Stats() Stats {
 		Errors:          errs,
 		Admitted:        admitted,
 		Refunded:        c.refunded.Load(),
+		Charged:         c.charged.Load(),
 		Dropped:         c.dropped.Load(),
 		Outstanding:     outstanding,
 		SinceSync:       since,

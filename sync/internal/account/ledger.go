@@ -128,6 +128,10 @@ type Mode interface {
 	// Fetches reports whether a decision that finds no allowance asks
 	// Redis for more, rather than wait for the next round.
 	Fetches(synced bool) bool
+	// Charge spends cost whatever the key holds and returns what of it
+	// the key owes Redis: a debt (see Debt), counted in Issued, that the
+	// next message has Redis take from the bucket whatever it holds.
+	Charge(l *Ledger, c Counter, cost int64) (owed int64)
 }
 
 // Compose computes the key's next message under limit, its part's: what

@@ -171,6 +171,14 @@ func (Reserve) Short(_ *Ledger, c Counter, cost int64) int64 { return cost - max
 // Fetches: a key out of allowance asks for more at once.
 func (Reserve) Fetches(bool) bool { return true }
 
+// Charge: the allowance held pays first, since Redis took it from the
+// bucket already; the rest is owed.
+func (Reserve) Charge(l *Ledger, c Counter, cost int64) int64 {
+	owed := cost - c.Take(cost)
+	l.Issued += owed
+	return owed
+}
+
 // Wire names the mode to sync.lua.
 func (Optimistic) Wire() scripts.SyncMode { return scripts.ModeOptimistic }
 
@@ -251,3 +259,13 @@ func (Optimistic) Short(l *Ledger, c Counter, cost int64) int64 {
 
 // Fetches: once synced, a key out of allowance waits for the next round.
 func (Optimistic) Fetches(synced bool) bool { return !synced }
+
+// Charge: all of it is owed. Paid from the allowance, it would be
+// consumption the bucket debits no deeper than admissions go, and
+// allowances other instances hold at once overdraw the bucket past that
+// and have the rest forgiven; what is owed is a debt Redis never
+// forgives (sync.lua).
+func (Optimistic) Charge(l *Ledger, _ Counter, cost int64) int64 {
+	l.Issued += cost
+	return cost
+}

@@ -1,0 +1,126 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
+)
+
+// maxChargeUS bounds the refill time a key may owe on an instance, in
+// microseconds: 2^50 (35 years), below which sync.lua's bucket times stay
+// exact, as the exact limiters' charges are bounded (scripts.MaxCharge).
+const maxChargeUS = 1 << 50
+
+// Charge is ChargeAt at the limiter's clock's time.
+func (l *Limiter) Charge(ctx context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	return l.ChargeAt(ctx, time.Time{}, key, limit, cost)
+}
+
+// ChargeAt spends cost units of key under limit whatever the key holds:
+// for usage known only once the work ends (the tokens of a reply). The
+// allowance this instance holds pays first; the rest becomes the key's
+// debt on this instance, which its next message has Redis take from the
+// global bucket whatever the bucket holds, into debt if need be. ChargeAt
+// sends that message before it returns (within the max wait and ctx;
+// else a later round sends it), so every instance denies the key from
+// its next message on until refill repays the debt. A charge is never
+// lost or counted twice: the debt is restated until Redis acknowledges
+// it, through lost replies, retries and a failover (docs/design.md,
+// "Usage charged after the fact").
+//
+// The Result is Allowed (the charge landed), with what the key has left
+// and, while Redis says its bucket is empty or in debt, the wait until a
+// unit is back; its Source is SourceGlobal once Redis took the debt. cost
+// may exceed the burst; 0 changes nothing. A negative cost, or one that
+// with what the key owes this instance already comes to 2^50 units or
+// 2^50 microseconds (35 years) of refill, is refused with
+// hybridlimit.ErrInvalidCost and changes nothing. A key split over parts
+// is charged on this instance's home part, which repays it from its own
+// refill while the other parts admit theirs.
+func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	if err := l.checkCall(key, limit, 1); err != nil {
+		return hybridlimit.Result{}, err
+	}
+	if cost < 0 {
+		return hybridlimit.Result{}, fmt.Errorf("sync: %w: a charge of %d", hybridlimit.ErrInvalidCost, cost)
+	}
+	shards, err := l.shardCount(key, limit)
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	now = l.at(now)
+	for {
+		e, err := l.entry(key, limit, shards)
+		if err != nil {
+			return hybridlimit.Result{}, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
+		}
+		owed, ok, err := l.charge(e, cost, l.nanos(now))
+		if err != nil {
+			return hybridlimit.Result{}, err
+		}
+		if !ok {
+			continue // evicted meanwhile: charge the entry that takes its place
+		}
+		src := hybridlimit.SourceLocal
+		if owed > 0 {
+			// Have Redis take it now; should the round fail, the debt
+			// waits for the next one that reaches Redis.
+			serial := l.flag(e, 0, false)
+			if err := l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.maxWait)); err == nil {
+				src = hybridlimit.SourceGlobal
+			}
+			if err := ctx.Err(); err != nil {
+				return hybridlimit.Result{}, err
+			}
+		}
+		return l.charged(e, limit, src), nil
+	}
+}
+
+// charge spends cost on e at t as the mode does (account.Mode.Charge),
+// what it owes a debt of e's (account.Debt) taken as of t. It returns
+// what e owes after it, and false if e was evicted before it could be
+// charged.
+func (l *Limiter) charge(e *entry, cost, t int64) (owed int64, ok bool, err error) {
+	l.lockGather(e)
+	defer l.scatterUnlock(e)
+	if e.dead.Load() {
+		return 0, false, nil
+	}
+	if err := checkDebt(partLimit(e), l.debts.owed(e)+cost); err != nil {
+		return 0, false, fmt.Errorf("sync: %w: key %q: %w", hybridlimit.ErrInvalidCost, e.owner, err)
+	}
+	l.debts.add(e, l.mode.Charge(&e.ledger, &e.avail, cost), t)
+	l.stats.charged.Add(uint64(cost))
+	return l.debts.owed(e), true, nil
+}
+
+// checkDebt refuses a debt of owed tokens on a part of limit that Redis
+// could not hold exactly: scripts.MaxCharge tokens or more, or
+// maxChargeUS microseconds of refill or more.
+func checkDebt(limit hybridlimit.Limit, owed int64) error {
+	if owed > scripts.MaxCharge {
+		return fmt.Errorf("a debt of %d is more than %d", owed, int64(scripts.MaxCharge))
+	}
+	hi, lo := bits.Mul64(uint64(owed), uint64(limit.Period.Microseconds()))
+	if hi > 0 || lo/uint64(limit.Rate) >= maxChargeUS {
+		return fmt.Errorf("a debt of %d takes 2^50us or more of refill under %s", owed, limit)
+	}
+	return nil
+}
+
+// charged returns the Result of a charge on e under limit: what the key
+// has left by Redis's last word and e's allowance, and, while Redis says
+// the bucket is empty or in debt, the wait for one unit.
+func (l *Limiter) charged(e *entry, limit hybridlimit.Limit, src hybridlimit.Source) hybridlimit.Result {
+	r := l.admitted(e, limit, max(e.avail.Load(), 0), src)
+	if now := l.nanos(l.cfg.clock.Now()); e.denyUntil.Load() > now {
+		r.Remaining = 0
+		r.RetryAfter = l.retryAfter(e, 1, now)
+	}
+	return r
+}

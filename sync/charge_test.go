@@ -1,0 +1,350 @@
+package sync_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	hlsync "github.com/hybridlimit/hybridlimit/sync"
+)
+
+// TestChargeDebtDeniesEveryInstance charges one instance more than a
+// frozen bucket holds, more than its burst: the charge lands whole (the
+// bucket is short by every token admitted and charged, none forgiven in
+// either mode), the charging instance reports the debt, and another
+// instance is denied from its first message on.
+func TestChargeDebtDeniesEveryInstance(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rdb := redistest.Standalone(t)
+			prefix := redistest.Prefix(t)
+			ls := newLimiters(t, 2, func() hybridlimit.Redis { return rdb }, hlsync.WithPrefix(prefix), hlsync.WithMode(mode))
+			a, b := ls[0], ls[1]
+			ctx := context.Background()
+			limit := frozen(10)
+			if r, err := a.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+				t.Fatalf("first request: %+v, %v", r, err)
+			}
+			r, err := a.Charge(ctx, "k", limit, 35)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed || r.Source != hybridlimit.SourceGlobal || r.Remaining != 0 || r.RetryAfter <= 0 {
+				t.Errorf("charge of 35 on a burst of 10: %+v; want allowed, from Redis, nothing left, a wait", r)
+			}
+			if s := a.Stats(); s.Charged != 35 || s.Owed != 0 || s.Admitted != 36 {
+				t.Errorf("Stats: Charged %d, Owed %d, Admitted %d; want 35, 0 (Redis took it), 36", s.Charged, s.Owed, s.Admitted)
+			}
+			if r, err := b.Allow(ctx, "k", limit); err != nil || r.Allowed {
+				t.Errorf("another instance, after the charge: %+v, %v; want denied", r, err)
+			}
+			for _, l := range ls {
+				if err := l.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := taken(t, rdb, prefix, "k", limit, 64); got != 36 {
+				t.Errorf("the bucket is %d tokens short of full, want 36: one admitted, 35 charged", got)
+			}
+		})
+	}
+}
+
+// TestChargeRejects checks the charges refused with a clear error and
+// nothing changed: a negative cost, a debt the bucket's times could not
+// hold exactly, and any charge after Close; and that a charge of 0 changes
+// nothing.
+func TestChargeRejects(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := frozen(10) // a token every 36.6 days: 2^50us is 356.05 tokens' refill
+	if _, err := l.Charge(ctx, "k", limit, -1); !errors.Is(err, hybridlimit.ErrInvalidCost) {
+		t.Errorf("Charge(-1) = %v, want ErrInvalidCost", err)
+	}
+	if _, err := l.Charge(ctx, "k", limit, 357); !errors.Is(err, hybridlimit.ErrInvalidCost) {
+		t.Errorf("Charge(357) = %v, want ErrInvalidCost", err)
+	}
+	if r, err := l.Charge(ctx, "k", limit, 0); err != nil || !r.Allowed {
+		t.Errorf("Charge(0) = %+v, %v", r, err)
+	}
+	if s := l.Stats(); s.Charged != 0 || s.Owed != 0 || s.Admitted != 0 {
+		t.Errorf("after refused charges: Charged %d, Owed %d, Admitted %d; want none", s.Charged, s.Owed, s.Admitted)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := taken(t, rdb, prefix, "k", limit, 64); got != 0 {
+		t.Errorf("the bucket is %d tokens short after refused charges, want 0", got)
+	}
+	if _, err := l.Charge(ctx, "k", limit, 1); !errors.Is(err, hlsync.ErrClosed) {
+		t.Errorf("Charge after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestChargeExactlyOnceUnderFaults runs admissions and charges from three
+// instances, each behind a proxy that duplicates script calls, drops their
+// replies after they ran, or answers too late. Once the instances close,
+// the frozen bucket must be short by exactly what they admitted and
+// charged: no charge lost, none counted twice, and (Optimistic under a
+// budget) no admission from an allowance granted before a debt forgiven.
+func TestChargeExactlyOnceUnderFaults(t *testing.T) {
+	defaultBuildOnly(t)
+	faults := []struct {
+		name  string
+		apply func(p *faultproxy.Proxy)
+	}{
+		{"duplicated", func(p *faultproxy.Proxy) { p.DuplicateRequests(1) }},
+		{"dropped", func(p *faultproxy.Proxy) { p.DropReplies(1) }},
+		{"late", func(p *faultproxy.Proxy) { p.LateReplies(1, 120*time.Millisecond) }},
+	}
+	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
+		for _, f := range faults {
+			t.Run(fmt.Sprintf("%v/%s", mode, f.name), func(t *testing.T) {
+				redistest.NoLeaks(t)
+				srv := redistest.StandaloneServer(t)
+				prefix := redistest.Prefix(t)
+				const burst, n, ops = 2000, 3, 60
+				limit := frozen(burst)
+				ls := make([]*hlsync.Limiter, n)
+				proxies := make([]*faultproxy.Proxy, n)
+				for i := range n {
+					p := faultproxy.Start(t, srv.Addr)
+					p.TargetCommands("EVALSHA", "EVAL")
+					c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 100 * time.Millisecond})
+					t.Cleanup(func() { _ = c.Close() })
+					opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithInstanceID(fmt.Sprintf("i%d", i)),
+						hlsync.WithMode(mode), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
+						hlsync.WithFailurePolicy(hybridlimit.FailClosed)}
+					if mode == hlsync.Optimistic {
+						// Without a budget, allowances held at once overdraw
+						// the bucket and the overdraft past a burst is
+						// forgiven (design 6.3): admissions are not exact.
+						opts = append(opts, hlsync.WithOvershootBudget(0))
+					}
+					l, err := hlsync.New(c, opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := l.Start(); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = l.Close(context.Background()) })
+					ls[i], proxies[i] = l, p
+				}
+				spent := make([]int64, n)
+				var wg stdsync.WaitGroup
+				for i, l := range ls {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(i), 1))
+						ctx := context.Background()
+						for range ops {
+							f.apply(proxies[i])
+							if r, err := l.Allow(ctx, "k", limit); err == nil && r.Allowed {
+								spent[i]++
+							}
+							c := rng.Int64N(60)
+							if _, err := l.Charge(ctx, "k", limit, c); err != nil {
+								t.Errorf("%s: Charge(%d): %v", l.InstanceID(), c, err)
+								return
+							}
+							spent[i] += c
+						}
+					})
+				}
+				wg.Wait()
+				var hit int64
+				for _, p := range proxies {
+					p.DuplicateRequests(0)
+					p.DropReplies(0)
+					p.LateReplies(0, 0)
+					s := p.Stats()
+					hit += s.Duplicated + s.Dropped + s.Late
+				}
+				for _, l := range ls {
+					if err := l.Close(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					if s := l.Stats(); s.Owed != 0 {
+						t.Errorf("%s: Owed %d after Close", l.InstanceID(), s.Owed)
+					}
+				}
+				got := taken(t, srv.Client(t), prefix, "k", limit, 64)
+				t.Logf("admitted and charged %d (per instance %v), %d faults injected", sum(spent), spent, hit)
+				if got != sum(spent) {
+					t.Errorf("the bucket is %d tokens short of full; the instances admitted and charged %d", got, sum(spent))
+				}
+			})
+		}
+	}
+}
+
+// chargeEnv carries a charge worker's configuration (chargeConfig), JSON.
+const chargeEnv = "HYBRIDLIMIT_CHARGE_WORKER"
+
+// chargeConfig is one charge worker's work: Requests requests on Key,
+// each admitted on an estimate of Estimate and settled to an actual cost
+// drawn from [0, MaxActual].
+type chargeConfig struct {
+	Addr, Prefix, ID, Key string
+	Limit                 hybridlimit.Limit
+	Requests              int
+	Estimate, MaxActual   int64
+	Seed                  uint64
+	Out                   string
+}
+
+// chargeLog is what a charge worker did.
+type chargeLog struct {
+	Used       int64 // actual cost of the requests admitted, in all
+	Admitted   int64 // requests admitted
+	AfterDebt  int64 // requests admitted after a charge of its own left the bucket in debt
+	Stats      hlsync.Stats
+	FirstError string
+}
+
+// TestChargeAcrossProcesses runs three OS processes, each a hybrid limiter
+// with the default options on one real Redis, admitting requests on a
+// frozen key on an estimate and settling each to its actual cost, more or
+// less than the estimate (Charge the rest, or Refund the difference).
+// Once they close, the bucket must be short by exactly the actual cost of
+// what they admitted; and once a process's own charge has left the
+// bucket in debt, it admits nothing more (the bucket never refills).
+func TestChargeAcrossProcesses(t *testing.T) {
+	defaultBuildOnly(t)
+	srv := redistest.StandaloneServer(t)
+	prefix := redistest.Prefix(t)
+	dir := t.TempDir()
+	limit := frozen(20_000)
+	const processes = 3
+	cfgs := make([]chargeConfig, processes)
+	cmds := make([]*exec.Cmd, processes)
+	for i := range cfgs {
+		cfgs[i] = chargeConfig{
+			Addr: srv.Addr, Prefix: prefix, ID: fmt.Sprintf("p%d", i), Key: "tenant", Limit: limit,
+			Requests: 150, Estimate: 100, MaxActual: 400, Seed: uint64(i),
+			Out: filepath.Join(dir, fmt.Sprintf("p%d.json", i)),
+		}
+		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
+	}
+	var used int64
+	for i, cfg := range cfgs {
+		if err := cmds[i].Wait(); err != nil {
+			t.Fatalf("%s: %v", cfg.ID, err)
+		}
+		raw, err := os.ReadFile(cfg.Out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log chargeLog
+		if err := json.Unmarshal(raw, &log); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: admitted %d requests using %d, %d after its charge found the bucket in debt; charged %d, refunded %d",
+			cfg.ID, log.Admitted, log.Used, log.AfterDebt, log.Stats.Charged, log.Stats.Refunded)
+		if log.FirstError != "" {
+			t.Errorf("%s: %s", cfg.ID, log.FirstError)
+		}
+		if log.AfterDebt != 0 {
+			t.Errorf("%s admitted %d requests after its charge left the frozen bucket in debt", cfg.ID, log.AfterDebt)
+		}
+		used += log.Used
+	}
+	got := taken(t, srv.Client(t), prefix, "tenant", limit, 64)
+	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
+	if got != used {
+		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
+	}
+}
+
+// TestChargeWorker is one process of TestChargeAcrossProcesses.
+func TestChargeWorker(t *testing.T) {
+	raw := os.Getenv(chargeEnv)
+	if raw == "" {
+		t.Skip("a charge worker: run by TestChargeAcrossProcesses")
+	}
+	var cfg chargeConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	defer rdb.Close()
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(cfg.Prefix), hlsync.WithInstanceID(cfg.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 2))
+	var log chargeLog
+	inDebt := false
+	fail := func(err error) {
+		if log.FirstError == "" {
+			log.FirstError = err.Error()
+		}
+	}
+	for range cfg.Requests {
+		r, err := l.AllowN(ctx, cfg.Key, cfg.Limit, cfg.Estimate)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if !r.Allowed {
+			continue
+		}
+		log.Admitted++
+		if inDebt {
+			log.AfterDebt++
+		}
+		actual := rng.Int64N(cfg.MaxActual + 1)
+		log.Used += actual
+		switch {
+		case actual > cfg.Estimate:
+			c, err := l.Charge(ctx, cfg.Key, cfg.Limit, actual-cfg.Estimate)
+			if err != nil {
+				fail(err)
+				log.Used -= actual - cfg.Estimate // not recorded: the bucket holds it
+			}
+			if c.RetryAfter > 0 && c.Source == hybridlimit.SourceGlobal {
+				inDebt = true
+			}
+		case actual < cfg.Estimate:
+			if err := l.Refund(ctx, cfg.Key, cfg.Limit, cfg.Estimate-actual); err != nil {
+				fail(err)
+				log.Used += cfg.Estimate - actual // not given back
+			}
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		fail(err)
+	}
+	log.Stats = l.Stats()
+	out, err := json.Marshal(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.Out, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
