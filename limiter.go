@@ -12,7 +12,7 @@ import "context"
 // FailurePolicy decides then. A denial is a Result with Allowed false.
 //
 // What a limiter can do beyond deciding, it says by the methods it has:
-// Refunder, Peeker, Resetter, and Describer for what it is. Callers find
+// Refunder, Charger, Peeker, Resetter, and Describer for what it is. Callers find
 // them by interface assertion, so a custom limiter needs only AllowN.
 type Limiter interface {
 	AllowN(ctx context.Context, key string, limit Limit, cost int64) (Result, error)
@@ -22,6 +22,13 @@ type Limiter interface {
 // request that did not go ahead (a later rule denied it).
 type Refunder interface {
 	Refund(ctx context.Context, key string, limit Limit, cost int64) error
+}
+
+// Charger is a Limiter that can spend a cost whatever the key holds, for
+// usage known only after the fact (the tokens of a reply): what the key
+// lacks becomes debt, repaid by refill before it admits again.
+type Charger interface {
+	Charge(ctx context.Context, key string, limit Limit, cost int64) (Result, error)
 }
 
 // Peeker is a Limiter that reports a key's state without spending, as a

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hybridlimit/hybridlimit/internal/ruleset"
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -121,9 +122,16 @@ func (i *Interceptor) Check(c *Call) (Decision, error) {
 	if c == nil || c.Ctx == nil {
 		return Decision{}, errors.New("grpclimit: nil call or context")
 	}
+	d, _, err := i.check(c)
+	return d, err
+}
+
+// check is Check, and also returns what the rules that settle their cost
+// spent, for the interceptors to settle.
+func (i *Interceptor) check(c *Call) (Decision, *usage.Tab, error) {
 	d, err := i.eng.Check(c.Ctx, c, ruleset.Options[*Call]{AllPolicies: i.cfg.reportAll})
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
 	}
 	out := Decision{Code: codes.OK, RetryAfter: d.RetryAfter, Policies: d.Policies, Violated: d.Violated}
 	switch d.Verdict {
@@ -132,14 +140,14 @@ func (i *Interceptor) Check(c *Call) (Decision, error) {
 	case ruleset.Unavailable:
 		out.Code = codes.Unavailable
 	}
-	return out, nil
+	return out, d.Tab, nil
 }
 
 // Unary returns the unary server interceptor.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		c := &Call{Ctx: ctx, FullMethod: info.FullMethod}
-		d, err := i.Check(c)
+		d, tab, err := i.check(c)
 		if err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
@@ -149,7 +157,13 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err := i.verdict(c, &d); err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		if tab == nil {
+			return handler(ctx, req)
+		}
+		// A rule settles its cost: the handler reports it in ctx
+		// (rules.ReportCost), and it is settled once the handler returns.
+		defer i.eng.Settle(ctx, tab)
+		return handler(usage.With(ctx, tab), req)
 	}
 }
 
@@ -158,7 +172,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		c := &Call{Ctx: ss.Context(), FullMethod: info.FullMethod, Stream: true}
-		d, err := i.Check(c)
+		d, tab, err := i.check(c)
 		if err != nil {
 			return status.FromContextError(err).Err()
 		}
@@ -168,9 +182,22 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if err := i.verdict(c, &d); err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		if tab == nil {
+			return handler(srv, ss)
+		}
+		defer i.eng.Settle(c.Ctx, tab)
+		return handler(srv, settledStream{ss, usage.With(c.Ctx, tab)})
 	}
 }
+
+// settledStream is a stream whose context carries what its call spent
+// under rules that settle their cost, for the handler to report against.
+type settledStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s settledStream) Context() context.Context { return s.ctx }
 
 // verdict returns the status error of a rejected call, nil for an admitted
 // one.

@@ -417,3 +417,87 @@ func TestNilCall(t *testing.T) {
 		}
 	}
 }
+
+// TestSettle runs a token quota over a real gRPC server: each call spends
+// an estimate of 100 and its handler (here an interceptor in front of the
+// service) reports 400 used. Unary calls: three use 1,200 of 1,000, the
+// rest charged whatever the key holds, so the fourth is denied. A stream
+// reports in its context too, settled when the handler returns.
+func TestSettle(t *testing.T) {
+	redistest.NoLeaks(t)
+	limit := hybridlimit.Limit{Rate: 1000, Period: 24 * time.Hour, Burst: 1000}
+	loc := newLocal(t)
+	ic, err := grpclimit.New([]grpclimit.Rule{{Name: "tokens", Limiter: loc, Limit: limit,
+		Key: grpclimit.Static("k"), Cost: 100, Settle: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(ctx context.Context) {
+		if err := rules.ReportCost(ctx, "tokens", 400); err != nil {
+			t.Errorf("ReportCost: %v", err)
+		}
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(ic.Unary(), func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			report(ctx)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(ic.Stream(), func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			report(ss.Context())
+			return h(srv, ss)
+		}))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		hs.Shutdown()
+		srv.Stop()
+		<-done
+	})
+	client := healthpb.NewHealthClient(conn)
+	// A stream: 100 spent when it opens, 400 once its handler returns.
+	ctx, cancel := context.WithCancel(t.Context())
+	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// The stream's handler returns once the server sees the cancel, and
+	// its 400 are settled then: 600 left.
+	for {
+		r, err := loc.Peek(t.Context(), "tokens|k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining == 600 {
+			break
+		}
+		if r.Remaining != 900 {
+			t.Fatalf("%d left after the stream, want 900 (open) or 600 (settled)", r.Remaining)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Two calls of 400 on an estimate of 100: 200 left after the first,
+	// and the second, admitted on its estimate, takes the key into debt.
+	for i := range 2 {
+		if _, err := client.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if _, err := client.Check(t.Context(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("after 1,200 used of 1,000: %v, want ResourceExhausted", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/ruleset"
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -49,14 +50,17 @@ func (m *Middleware) Check(r *http.Request) (Decision, error) {
 	if r == nil {
 		return Decision{}, errNilRequest
 	}
-	return m.check(r, missingRoute)
+	d, _, err := m.check(r, missingRoute)
+	return d, err
 }
 
-// check is Check with the probe asked about the rules that find no key.
-func (m *Middleware) check(r *http.Request, probe ruleset.Probe[*http.Request]) (Decision, error) {
+// check is Check with the probe asked about the rules that find no key. It
+// also returns what the rules that settle their cost spent, for the
+// Handler to settle.
+func (m *Middleware) check(r *http.Request, probe ruleset.Probe[*http.Request]) (Decision, *usage.Tab, error) {
 	d, err := m.eng.Check(r.Context(), r, ruleset.Options[*http.Request]{Probe: probe, AllPolicies: m.flags.Load().reportAll})
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
 	}
 	out := Decision{Status: http.StatusOK, RetryAfter: d.RetryAfter, Policies: d.Policies, Violated: d.Violated}
 	switch d.Verdict {
@@ -65,5 +69,5 @@ func (m *Middleware) check(r *http.Request, probe ruleset.Probe[*http.Request]) 
 	case ruleset.Unavailable:
 		out.Status = http.StatusServiceUnavailable
 	}
-	return out, nil
+	return out, d.Tab, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybridlimit/internal/ruleset"
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 )
 
 // Middleware enforces a list of rules on HTTP requests. For each request it
@@ -136,12 +137,15 @@ func (m *Middleware) ResetRequest(ctx context.Context, rule string, r *http.Requ
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	rt, _ := next.(router)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var d Decision
-		var err error
+		var (
+			d   Decision
+			tab *usage.Tab
+			err error
+		)
 		if rt != nil {
-			d, err = m.checkRouted(r, rt)
+			d, tab, err = m.checkRouted(r, rt)
 		} else {
-			d, err = m.Check(r)
+			d, tab, err = m.check(r, missingRoute)
 		}
 		if err != nil {
 			// The client left, or the request's deadline passed, while
@@ -153,7 +157,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		m.WriteHeaders(h, &d)
 		switch d.Status {
 		case http.StatusOK:
-			next.ServeHTTP(w, r)
+			if tab == nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			// A rule settles its cost: the handler reports it in r's
+			// context (rules.ReportCost), and it is settled once the
+			// handler returns.
+			next.ServeHTTP(w, r.WithContext(usage.With(r.Context(), tab)))
+			m.eng.Settle(r.Context(), tab)
 		case http.StatusTooManyRequests:
 			if m.cfg.onLimited != nil {
 				h.Set("Cache-Control", "no-store")

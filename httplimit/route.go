@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/hybridlimit/hybridlimit/internal/ruleset"
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 )
 
 // router is a handler that can tell which of its patterns it would route a
@@ -30,14 +31,14 @@ var _ router = (*http.ServeMux)(nil)
 // next to set r.Pattern, r.PathValue's wildcards with it, as it does for
 // any request; a router that sets no pattern itself does not receive one
 // it did not choose.
-func (m *Middleware) checkRouted(r *http.Request, rt router) (Decision, error) {
+func (m *Middleware) checkRouted(r *http.Request, rt router) (Decision, *usage.Tab, error) {
 	if r.Pattern != "" {
 		return m.check(r, nil)
 	}
 	_, r.Pattern = rt.Handler(r)
-	d, err := m.check(r, nil)
+	d, tab, err := m.check(r, nil)
 	r.Pattern = ""
-	return d, err
+	return d, tab, err
 }
 
 // probePattern is the pattern missingRoute lends a request.

@@ -18,6 +18,10 @@ var (
 	_ hybridlimit.Limiter   = (*hlsync.Limiter)(nil)
 	_ hybridlimit.Limiter   = (*global.Limiter)(nil)
 	_ hybridlimit.Limiter   = (*Local)(nil)
+	_ hybridlimit.Charger   = (*hlsync.Limiter)(nil)
+	_ hybridlimit.Charger   = (*global.Limiter)(nil)
+	_ hybridlimit.Charger   = (*Local)(nil)
+	_ hybridlimit.Refunder  = (*hlsync.Limiter)(nil)
 	_ hybridlimit.Refunder  = (*global.Limiter)(nil)
 	_ hybridlimit.Refunder  = (*Local)(nil)
 	_ hybridlimit.Resetter  = (*global.Limiter)(nil)
@@ -112,6 +116,22 @@ func (l *Local) Refund(_ context.Context, key string, limit hybridlimit.Limit, c
 		return fmt.Errorf("local: %w", err)
 	}
 	return t.Add(key, time.Now(), limit, cost)
+}
+
+// Charge spends cost of key's bucket whatever it holds, for usage known
+// after the fact; see local.Table.Charge: what the bucket lacks becomes
+// debt that refill repays before the next admission. It charges even
+// when ctx has ended: the usage happened.
+func (l *Local) Charge(_ context.Context, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	t, err := l.table()
+	if err != nil {
+		return hybridlimit.Result{}, err
+	}
+	r, err := t.Charge(key, time.Now(), limit, cost)
+	if err == nil {
+		r.Source = hybridlimit.SourceLocal
+	}
+	return r, err
 }
 
 // Traits says what the Local is: a local token bucket. A nil Local, or one

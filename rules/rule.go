@@ -65,11 +65,22 @@ type Rule[R any] struct {
 	// Cost is what a request spends, 1 to Limit.Burst; 0 means 1.
 	Cost int64
 	// CostFunc, when set, replaces Cost per request: for example the
-	// request's declared size for a content-bytes quota. A result below 1
-	// means the request is free under this rule, which is then skipped; a
-	// result above the limit's burst is denied, since no wait would admit
-	// it.
+	// request's declared size for a content-bytes quota, or an estimate
+	// from its max_tokens for a token quota. A result below 1 means the
+	// request is free under this rule, which is then skipped; a result
+	// above the limit's burst is denied, since no wait would admit it.
 	CostFunc func(R) int64
+	// Settle makes the cost a request spends an estimate, settled to the
+	// actual cost its handler reports (ReportCost) once the handler
+	// returns: what it used beyond the estimate is charged whatever the
+	// key holds, into debt if need be, and what it did not use is given
+	// back. For usage known only after the work, such as the tokens of an
+	// LLM's reply. A request whose handler reports nothing keeps the
+	// estimate. The front ends' handlers settle (httplimit's Handler,
+	// grpclimit's interceptors); a request decided by a Check of your
+	// own keeps the estimate. The Limiter must be a hybridlimit.Charger
+	// and a hybridlimit.Refunder.
+	Settle bool
 	// Shadow counts and logs the rule's decisions but never rejects a
 	// request for it, and leaves it out of the response fields: a way to
 	// try a new limit on live traffic. What a shadow rule spent is given
@@ -138,6 +149,13 @@ func (s *Rule[R]) Validate() error {
 	}
 	if s.Cost < 0 {
 		return fmt.Errorf("Cost: %w: %d", hybridlimit.ErrInvalidCost, s.Cost)
+	}
+	if s.Settle {
+		_, charges := s.Limiter.(hybridlimit.Charger)
+		_, refunds := s.Limiter.(hybridlimit.Refunder)
+		if !charges || !refunds {
+			return fmt.Errorf("Settle: a %T cannot charge and refund", s.Limiter)
+		}
 	}
 	if s.Cost != 0 && s.LimitFunc == nil {
 		if err := s.Limit.CheckCost(s.Cost); err != nil {

@@ -114,13 +114,16 @@ func checkDebt(limit hybridlimit.Limit, owed int64) error {
 }
 
 // charged returns the Result of a charge on e under limit: what the key
-// has left by Redis's last word and e's allowance, and, while Redis says
-// the bucket is empty or in debt, the wait for one unit.
+// has left by Redis's last word and e's allowance, and, with no allowance
+// left while Redis says the bucket is empty or in debt, the wait for one
+// unit.
 func (l *Limiter) charged(e *entry, limit hybridlimit.Limit, src hybridlimit.Source) hybridlimit.Result {
-	r := l.admitted(e, limit, max(e.avail.Load(), 0), src)
-	if now := l.nanos(l.cfg.clock.Now()); e.denyUntil.Load() > now {
+	held := max(e.avail.Load(), 0)
+	r := l.admitted(e, limit, held, src)
+	if now := l.nanos(l.cfg.clock.Now()); held == 0 && e.denyUntil.Load() > now {
 		r.Remaining = 0
 		r.RetryAfter = l.retryAfter(e, 1, now)
+		r.ResetAfter = l.deniedBy(e, limit, r.RetryAfter, now, src).ResetAfter
 	}
 	return r
 }

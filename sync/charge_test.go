@@ -25,7 +25,8 @@ import (
 // frozen bucket holds, more than its burst: the charge lands whole (the
 // bucket is short by every token admitted and charged, none forgiven in
 // either mode), the charging instance reports the debt, and another
-// instance is denied from its first message on.
+// instance is denied from its first message on, its ResetAfter the time
+// the debt and the burst take to refill.
 func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
@@ -49,8 +50,10 @@ func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 			if s := a.Stats(); s.Charged != 35 || s.Owed != 0 || s.Admitted != 36 {
 				t.Errorf("Stats: Charged %d, Owed %d, Admitted %d; want 35, 0 (Redis took it), 36", s.Charged, s.Owed, s.Admitted)
 			}
-			if r, err := b.Allow(ctx, "k", limit); err != nil || r.Allowed {
-				t.Errorf("another instance, after the charge: %+v, %v; want denied", r, err)
+			// Denied, and told the bucket fills only once the debt is
+			// repaid: 36 tokens' refill, 3.6 times a refill of the burst.
+			if r, err := b.Allow(ctx, "k", limit); err != nil || r.Allowed || r.ResetAfter < limit.Refill()*35/10 {
+				t.Errorf("another instance, after the charge: %+v, %v; want denied, ResetAfter 3.6 x %v", r, err, limit.Refill())
 			}
 			for _, l := range ls {
 				if err := l.Close(ctx); err != nil {

@@ -490,7 +490,7 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 		return hybridlimit.Result{}, false
 	}
 	l.stats.deniedRemote.Inc()
-	return denied(limit, l.retryAfter(e, cost, t), hybridlimit.SourceLocal), true
+	return l.deniedBy(e, limit, l.retryAfter(e, cost, t), t, hybridlimit.SourceLocal), true
 }
 
 // allowanceLife is how long an Optimistic allowance counts in Redis against

@@ -66,6 +66,7 @@ func (f Format) String() string {
 //	    key: [api_key:X-API-Key]        # parts joined: [user, route]
 //	    cost: 1
 //	    shadow: false
+//	    settle: false                   # true: cost is an estimate, settled to rules.ReportCost's
 //	    on_error: closed                # open (default) or closed
 //	    fail_retry: 5s
 //	    quota_unit: requests
@@ -111,6 +112,7 @@ type RuleConfig struct {
 	Key       StringList  `yaml:"key" json:"key"`
 	Cost      int64       `yaml:"cost,omitempty" json:"cost,omitempty"`
 	Shadow    bool        `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Settle    bool        `yaml:"settle,omitempty" json:"settle,omitempty"`     // cost is an estimate the handler settles (rules.ReportCost)
 	OnError   string      `yaml:"on_error,omitempty" json:"on_error,omitempty"` // "open" (default) or "closed"
 	FailRetry Duration    `yaml:"fail_retry,omitempty" json:"fail_retry,omitempty"`
 	QuotaUnit string      `yaml:"quota_unit,omitempty" json:"quota_unit,omitempty"`
@@ -471,7 +473,7 @@ func (c *Config) Build(env Env) ([]httplimit.Rule, error) {
 		match, _ := rc.Match.predicate(p+".match", res, rules.AllOf[*http.Request])
 		ex, _ := rc.Exempt.predicate(p+".exempt", res, rules.AnyOf[*http.Request])
 		r := httplimit.Rule{
-			Name: rc.Name, Limit: lim, Cost: rc.Cost, Shadow: rc.Shadow, Match: match, Exempt: ex,
+			Name: rc.Name, Limit: lim, Cost: rc.Cost, Shadow: rc.Shadow, Settle: rc.Settle, Match: match, Exempt: ex,
 			OnError: pol, FailRetry: time.Duration(rc.FailRetry), QuotaUnit: rc.QuotaUnit,
 		}
 		switch rc.Limiter {

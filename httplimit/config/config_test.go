@@ -38,6 +38,7 @@ rules:
     key: [api_key:X-Key, method]
     cost: 2
     shadow: true
+    settle: true
     on_error: closed
     fail_retry: 1.5
     quota_unit: requests
@@ -61,7 +62,7 @@ const configJSON = `{
     {"name": "per-ip", "limit": {"rate": 100, "period": "1m"}, "key": "ip"},
     {"name": "per-key", "limiter": "global", "algorithm": "sliding-window",
      "limit": {"rate": 1000, "period": 60, "burst": 500}, "key": ["api_key:X-Key", "method"],
-     "cost": 2, "shadow": true, "on_error": "closed", "fail_retry": 1.5, "quota_unit": "requests",
+     "cost": 2, "shadow": true, "settle": true, "on_error": "closed", "fail_retry": 1.5, "quota_unit": "requests",
      "match": {"methods": ["GET", "HEAD"]},
      "exempt": {"ips": ["192.0.2.0/24"], "methods": ["OPTIONS"], "paths": ["/healthz"], "headers": {"X-Internal": ["s3cret"]}}},
     {"name": "local", "limiter": "local", "limit": {"rate": 5, "period": "1s"}, "key": ["static:all"]}
@@ -87,7 +88,7 @@ func TestParseConfig(t *testing.T) {
 	want := RuleConfig{
 		Name: "per-key", Limiter: "global", Algorithm: "sliding-window",
 		Limit: LimitConfig{Rate: 1000, Period: Duration(time.Minute), Burst: 500},
-		Key:   []string{"api_key:X-Key", "method"}, Cost: 2, Shadow: true, OnError: "closed",
+		Key:   []string{"api_key:X-Key", "method"}, Cost: 2, Shadow: true, Settle: true, OnError: "closed",
 		FailRetry: Duration(1500 * time.Millisecond), QuotaUnit: "requests",
 		Match: MatchConfig{Methods: []string{"GET", "HEAD"}},
 		Exempt: MatchConfig{IPs: []string{"192.0.2.0/24"}, Methods: []string{"OPTIONS"}, Paths: []string{"/healthz"},
@@ -308,7 +309,7 @@ func TestConfigMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r := built[1]; r.Limit != (hybridlimit.Limit{Rate: 1000, Period: time.Minute, Burst: 500}) || r.Cost != 2 ||
-		r.OnError != hybridlimit.FailClosed || r.FailRetry != 1500*time.Millisecond || !r.Shadow || r.QuotaUnit != rules.UnitRequests {
+		r.OnError != hybridlimit.FailClosed || r.FailRetry != 1500*time.Millisecond || !r.Shadow || !r.Settle || r.QuotaUnit != rules.UnitRequests {
 		t.Errorf("rules[1] = %+v", r)
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/histogram"
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -292,8 +293,16 @@ func (e *Engine[R]) check(ctx context.Context, req R, opts Options[R]) (Decision
 		return Decision{}, err
 	}
 	if !rejected {
+		var items []usage.Item
 		for i := range spend {
-			spend[i].r.st.count(rules.OutcomeAllowed)
+			sp := &spend[i]
+			sp.r.st.count(rules.OutcomeAllowed)
+			if sp.r.Settle {
+				items = append(items, usage.Item{Rule: sp.r.Name, Limiter: sp.r.Limiter, Key: sp.key, Limit: sp.limit, Spent: sp.cost})
+			}
+		}
+		if items != nil {
+			d.Tab = usage.NewTab(items)
 		}
 	}
 	if tight >= 0 {

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/usage"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -28,4 +29,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	Policies   []rules.Policy
 	Violated   []string
+	// Tab holds what the rules that settle their cost (rules.Rule.Settle)
+	// spent for an admitted request, for the front end to carry in the
+	// request's context and settle (Engine.Settle) once its handler
+	// returns; nil when there are none.
+	Tab *usage.Tab
 }
