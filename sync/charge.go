@@ -123,7 +123,7 @@ func (l *Limiter) charged(e *entry, limit hybridlimit.Limit, src hybridlimit.Sou
 	if now := l.nanos(l.cfg.clock.Now()); held == 0 && e.denyUntil.Load() > now {
 		r.Remaining = 0
 		r.RetryAfter = l.retryAfter(e, 1, now)
-		r.ResetAfter = l.deniedBy(e, limit, r.RetryAfter, now, src).ResetAfter
+		r.ResetAfter = e.fullIn(limit, r.RetryAfter)
 	}
 	return r
 }

@@ -52,7 +52,8 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
 			l.stats.deniedRemote.Inc()
-			return l.deniedBy(e, limit, l.retryAfter(e, cost, l.nanos(now)), l.nanos(now), src), nil
+			retry := l.retryAfter(e, cost, l.nanos(now))
+			return deniedUntil(limit, retry, e.fullIn(limit, retry), src), nil
 		}
 		// A decision gives up after maxFetches answered rounds only for an
 		// entry Redis has answered: one new to it (a part turned to, an
@@ -71,7 +72,8 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			l.lockGather(e)
 			short := l.mode.Short(&e.ledger, &e.avail, cost)
 			l.scatterUnlock(e)
-			return l.deniedBy(e, limit, max(l.cfg.interval, l.costWait(e, short, l.nanos(now))), l.nanos(now), src), nil
+			retry := max(l.cfg.interval, l.costWait(e, short, l.nanos(now)))
+			return deniedUntil(limit, retry, e.fullIn(limit, retry), src), nil
 		}
 		serial := l.flag(e, cost, false)
 		if !waited {
@@ -148,21 +150,29 @@ func (l *Limiter) admitted(e *entry, limit hybridlimit.Limit, avail int64, src h
 	}
 }
 
+// denied is a denial under limit, retry its wait, the bucket full after a
+// refill.
 func denied(limit hybridlimit.Limit, retry time.Duration, src hybridlimit.Source) hybridlimit.Result {
-	return hybridlimit.Result{Limit: limit, Source: src, RetryAfter: max(retry, time.Microsecond), ResetAfter: limit.Refill()}
+	return deniedUntil(limit, retry, limit.Refill(), src)
 }
 
-// deniedBy returns a denial of e's key under limit at now (nanos), retry
-// its wait. Its ResetAfter is the time until the key's bucket is full by
-// Redis's last word on it, which for a bucket in debt (a charge) is longer
-// than a refill; a refill for a key Redis has not answered for, or split
-// (its parts fill apart).
-func (l *Limiter) deniedBy(e *entry, limit hybridlimit.Limit, retry time.Duration, now int64, src hybridlimit.Source) hybridlimit.Result {
-	r := denied(limit, retry, src)
-	if e.shards == 1 && e.synced.Load() {
-		r.ResetAfter = max(time.Duration(e.heardAt.Load()+e.resetAfter.Load()-now), r.RetryAfter)
+// deniedUntil is a denial under limit, retry its wait, the bucket full
+// after full.
+func deniedUntil(limit hybridlimit.Limit, retry, full time.Duration, src hybridlimit.Source) hybridlimit.Result {
+	return hybridlimit.Result{Limit: limit, Source: src, RetryAfter: max(retry, time.Microsecond), ResetAfter: full}
+}
+
+// fullIn returns, for a denial of e's key under limit with the wait retry,
+// the time until the key's bucket is full as Redis last said it, as an
+// admission's ResetAfter is: for a bucket in debt (a charge) longer than a
+// refill. A refill for a key Redis has not answered for, or split (its
+// parts fill apart). It reads only e's first cache line, which a denial
+// on the fast path reads anyway.
+func (e *entry) fullIn(limit hybridlimit.Limit, retry time.Duration) time.Duration {
+	if e.synced.Load() && e.shards == 1 {
+		return max(time.Duration(e.resetAfter.Load()), retry)
 	}
-	return r
+	return limit.Refill()
 }
 
 // nanos returns t as nanoseconds since the limiter's base reading.

@@ -490,7 +490,8 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 		return hybridlimit.Result{}, false
 	}
 	l.stats.deniedRemote.Inc()
-	return l.deniedBy(e, limit, l.retryAfter(e, cost, t), t, hybridlimit.SourceLocal), true
+	retry := l.retryAfter(e, cost, t)
+	return deniedUntil(limit, retry, e.fullIn(limit, retry), hybridlimit.SourceLocal), true
 }
 
 // allowanceLife is how long an Optimistic allowance counts in Redis against
