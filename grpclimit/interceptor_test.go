@@ -39,11 +39,17 @@ const (
 // stop when the test ends.
 func serve(t *testing.T, ic *grpclimit.Interceptor) healthpb.HealthClient {
 	t.Helper()
+	return serveWith(t, grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()))
+}
+
+// serveWith is serve with the server's options given whole.
+func serveWith(t *testing.T, opts ...grpc.ServerOption) healthpb.HealthClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()))
+	srv := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	done := make(chan error, 1)
@@ -437,11 +443,7 @@ func TestSettle(t *testing.T) {
 			t.Errorf("ReportCost: %v", err)
 		}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(
+	client := serveWith(t,
 		grpc.ChainUnaryInterceptor(ic.Unary(), func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			report(ctx)
 			return h(ctx, req)
@@ -450,21 +452,6 @@ func TestSettle(t *testing.T) {
 			report(ss.Context())
 			return h(srv, ss)
 		}))
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(srv, hs)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		hs.Shutdown()
-		srv.Stop()
-		<-done
-	})
-	client := healthpb.NewHealthClient(conn)
 	// A stream: 100 spent when it opens, 400 once its handler returns.
 	ctx, cancel := context.WithCancel(t.Context())
 	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})

@@ -129,18 +129,25 @@ func Decide(ctx context.Context, n int, opts DecideOptions, ask func(i int, spen
 // refundTimeout bounds a give-back made after the request's context ended.
 const refundTimeout = time.Second
 
-// giveBack gives spends back, spends[j] being application index[j]'s. A
-// refund after ctx has ended runs on a context of its own, bounded by
-// refundTimeout: the cost is owed whether or not the client stayed.
+// afterwards returns ctx for a give-back or a settlement made once the
+// request is over, and its cancel: once ctx has ended, a context of its
+// own bounded by refundTimeout, since what the request spent or used is
+// owed whether or not the client stayed.
+func afterwards(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+}
+
+// giveBack gives spends back, spends[j] being application index[j]'s, on
+// a context that outlives the request's (afterwards).
 func giveBack(ctx context.Context, spends []Spend, index []int, done func(i int, err error)) {
 	if len(spends) == 0 {
 		return
 	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
-		defer cancel()
-	}
+	ctx, cancel := afterwards(ctx)
+	defer cancel()
 	GiveBack(ctx, spends, func(j int, err error) {
 		if done != nil {
 			done(index[j], err)

@@ -21,11 +21,8 @@ func (e *Engine[R]) Settle(ctx context.Context, t *usage.Tab) {
 	if len(items) == 0 {
 		return
 	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
-		defer cancel()
-	}
+	ctx, cancel := afterwards(ctx)
+	defer cancel()
 	for _, it := range items {
 		var err error
 		switch d := it.Actual - it.Spent; {
