@@ -11,12 +11,10 @@ import (
 	"path/filepath"
 	stdsync "sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
-	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -112,48 +110,15 @@ func TestChargeRejects(t *testing.T) {
 // budget) no admission from an allowance granted before a debt forgiven.
 func TestChargeExactlyOnceUnderFaults(t *testing.T) {
 	defaultBuildOnly(t)
-	faults := []struct {
-		name  string
-		apply func(p *faultproxy.Proxy)
-	}{
-		{"duplicated", func(p *faultproxy.Proxy) { p.DuplicateRequests(1) }},
-		{"dropped", func(p *faultproxy.Proxy) { p.DropReplies(1) }},
-		{"late", func(p *faultproxy.Proxy) { p.LateReplies(1, 120*time.Millisecond) }},
-	}
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
-		for _, f := range faults {
+		for _, f := range callFaults {
 			t.Run(fmt.Sprintf("%v/%s", mode, f.name), func(t *testing.T) {
 				redistest.NoLeaks(t)
 				srv := redistest.StandaloneServer(t)
 				prefix := redistest.Prefix(t)
 				const burst, n, ops = 2000, 3, 60
 				limit := frozen(burst)
-				ls := make([]*hlsync.Limiter, n)
-				proxies := make([]*faultproxy.Proxy, n)
-				for i := range n {
-					p := faultproxy.Start(t, srv.Addr)
-					p.TargetCommands("EVALSHA", "EVAL")
-					c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 100 * time.Millisecond})
-					t.Cleanup(func() { _ = c.Close() })
-					opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithInstanceID(fmt.Sprintf("i%d", i)),
-						hlsync.WithMode(mode), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-						hlsync.WithFailurePolicy(hybridlimit.FailClosed)}
-					if mode == hlsync.Optimistic {
-						// Without a budget, allowances held at once overdraw
-						// the bucket and the overdraft past a burst is
-						// forgiven (design 6.3): admissions are not exact.
-						opts = append(opts, hlsync.WithOvershootBudget(0))
-					}
-					l, err := hlsync.New(c, opts...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := l.Start(); err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = l.Close(context.Background()) })
-					ls[i], proxies[i] = l, p
-				}
+				ls, proxies := faultyFleet(t, srv, prefix, mode, n)
 				spent := make([]int64, n)
 				var wg stdsync.WaitGroup
 				for i, l := range ls {
@@ -177,9 +142,7 @@ func TestChargeExactlyOnceUnderFaults(t *testing.T) {
 				wg.Wait()
 				var hit int64
 				for _, p := range proxies {
-					p.DuplicateRequests(0)
-					p.DropReplies(0)
-					p.LateReplies(0, 0)
+					clearFaults(p)
 					s := p.Stats()
 					hit += s.Duplicated + s.Dropped + s.Late
 				}
@@ -281,14 +244,8 @@ func TestChargeAcrossProcesses(t *testing.T) {
 
 // TestChargeWorker is one process of TestChargeAcrossProcesses.
 func TestChargeWorker(t *testing.T) {
-	raw := os.Getenv(chargeEnv)
-	if raw == "" {
-		t.Skip("a charge worker: run by TestChargeAcrossProcesses")
-	}
 	var cfg chargeConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
-	}
+	workerConfig(t, chargeEnv, &cfg)
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	defer rdb.Close()
 	l, err := hlsync.New(rdb, hlsync.WithPrefix(cfg.Prefix), hlsync.WithInstanceID(cfg.ID))

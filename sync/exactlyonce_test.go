@@ -23,45 +23,15 @@ import (
 // twice, nothing lost.
 func TestExactlyOnceUnderFaults(t *testing.T) {
 	defaultBuildOnly(t)
-	faults := []struct {
-		name  string
-		apply func(p *faultproxy.Proxy)
-	}{
-		{"duplicated", func(p *faultproxy.Proxy) { p.DuplicateRequests(1) }},
-		{"dropped", func(p *faultproxy.Proxy) { p.DropReplies(1) }},
-		{"late", func(p *faultproxy.Proxy) { p.LateReplies(1, 120*time.Millisecond) }},
-	}
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
-		for _, f := range faults {
+		for _, f := range callFaults {
 			t.Run(fmt.Sprintf("%v/%s", mode, f.name), func(t *testing.T) {
 				redistest.NoLeaks(t)
 				srv := redistest.StandaloneServer(t)
 				prefix := redistest.Prefix(t)
 				const burst, n = 2000, 3
 				limit := frozen(burst)
-				var ls []*hlsync.Limiter
-				var proxies []*faultproxy.Proxy
-				for i := range n {
-					p := faultproxy.Start(t, srv.Addr)
-					p.TargetCommands("EVALSHA", "EVAL")
-					c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 100 * time.Millisecond})
-					t.Cleanup(func() { _ = c.Close() })
-					opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithInstanceID(fmt.Sprintf("i%d", i)),
-						hlsync.WithMode(mode), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-						hlsync.WithFailurePolicy(hybridlimit.FailClosed)}
-					if mode == hlsync.Optimistic {
-						opts = append(opts, hlsync.WithOvershootBudget(0))
-					}
-					l, err := hlsync.New(c, opts...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := l.Start(); err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = l.Close(context.Background()) })
-					ls, proxies = append(ls, l), append(proxies, p)
-				}
+				ls, proxies := faultyFleet(t, srv, prefix, mode, n)
 				// A fault on the next script call of every instance, renewed
 				// every 20ms: most rounds meet one, and the budget can
 				// still drain.
@@ -78,9 +48,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 						select {
 						case <-stop:
 							for _, p := range proxies {
-								p.DuplicateRequests(0)
-								p.DropReplies(0)
-								p.LateReplies(0, 0)
+								clearFaults(p)
 							}
 							return
 						case <-tick.C:
@@ -126,4 +94,57 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 			})
 		}
 	}
+}
+
+// callFaults are the faults the exactly-once tests inject into script
+// calls: a call run twice, a reply lost after the call ran (go-redis
+// retries it), a reply too late (the limiter gave up on a call that ran).
+var callFaults = []struct {
+	name  string
+	apply func(p *faultproxy.Proxy)
+}{
+	{"duplicated", func(p *faultproxy.Proxy) { p.DuplicateRequests(1) }},
+	{"dropped", func(p *faultproxy.Proxy) { p.DropReplies(1) }},
+	{"late", func(p *faultproxy.Proxy) { p.LateReplies(1, 120*time.Millisecond) }},
+}
+
+// clearFaults stops p injecting any of callFaults.
+func clearFaults(p *faultproxy.Proxy) {
+	p.DuplicateRequests(0)
+	p.DropReplies(0)
+	p.LateReplies(0, 0)
+}
+
+// faultyFleet starts n limiters in mode sharing prefix on srv, each
+// through a proxy of its own that can inject faults into script calls,
+// with a 50 ms sync interval and FailClosed (so that every admission is
+// Redis's). Optimistic ones get an overshoot budget of 0: without one,
+// allowances held at once overdraw the bucket and the overdraft past a
+// burst is forgiven (design 6.3), and admissions are not exact.
+func faultyFleet(t *testing.T, srv *redistest.Server, prefix string, mode hlsync.Mode, n int) ([]*hlsync.Limiter, []*faultproxy.Proxy) {
+	t.Helper()
+	ls := make([]*hlsync.Limiter, n)
+	proxies := make([]*faultproxy.Proxy, n)
+	for i := range n {
+		p := faultproxy.Start(t, srv.Addr)
+		p.TargetCommands("EVALSHA", "EVAL")
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 100 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		opts := []hlsync.Option{hlsync.WithPrefix(prefix), hlsync.WithInstanceID(fmt.Sprintf("i%d", i)),
+			hlsync.WithMode(mode), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
+			hlsync.WithFailurePolicy(hybridlimit.FailClosed)}
+		if mode == hlsync.Optimistic {
+			opts = append(opts, hlsync.WithOvershootBudget(0))
+		}
+		l, err := hlsync.New(c, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		ls[i], proxies[i] = l, p
+	}
+	return ls, proxies
 }

@@ -84,14 +84,8 @@ func fleetLimit(i int) hybridlimit.Limit {
 
 // TestFleetWorker is a worker of a fleet test; run directly it skips.
 func TestFleetWorker(t *testing.T) {
-	raw := os.Getenv(fleetEnv)
-	if raw == "" {
-		t.Skip("a fleet worker: run by the fleet tests")
-	}
 	var cfg fleetConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
-	}
+	workerConfig(t, fleetEnv, &cfg)
 	log, err := runFleetWorker(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +221,20 @@ func startWorker(t *testing.T, test, env string, cfg any) *exec.Cmd {
 		t.Fatal(err)
 	}
 	return cmd
+}
+
+// workerConfig reads into cfg the configuration a worker's test gets as
+// JSON in the environment variable env (startWorker); run directly, the
+// test is not a worker, and skips.
+func workerConfig(t *testing.T, env string, cfg any) {
+	t.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		t.Skip("a worker process: run by the test that starts it")
+	}
+	if err := json.Unmarshal([]byte(raw), cfg); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // quietLogger drops go-redis's log lines.

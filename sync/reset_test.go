@@ -258,14 +258,8 @@ func TestResetReachesEveryProcess(t *testing.T) {
 // directly it skips. It drains the key, says so, keeps asking until the
 // reset lets it admit, drains the key again and reports.
 func TestResetWorker(t *testing.T) {
-	raw := os.Getenv(resetEnv)
-	if raw == "" {
-		t.Skip("a reset worker: run by TestResetReachesEveryProcess")
-	}
 	var cfg resetConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
-	}
+	workerConfig(t, resetEnv, &cfg)
 	var rdb hybridlimit.Redis
 	if cfg.Cluster {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs})
