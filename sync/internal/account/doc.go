@@ -12,9 +12,10 @@
 //	policy.go  the lease policy: how much a key holds ahead of demand
 //	           (Holding, Policy), when it tops up and hands back, when it
 //	           is next looked at; the demand estimate (Usage)
-//	modes.go   the two modes (Reserve, Optimistic): what each asks, states
-//	           and grants; Optimistic's allowance, its lapse and renewal;
-//	           how long a key denies after Redis said its bucket is empty
+//	modes.go   the two modes (Reserve, Optimistic): what each asks, states,
+//	           grants and owes of a charge; Optimistic's allowance, its lapse
+//	           and renewal; how long a key denies after Redis said its
+//	           bucket is empty
 //	debt.go    what the failure policy admitted and a key owes Redis
 //	           (Debt), and the share bucket it admits from (SeedShare)
 //

@@ -19,7 +19,7 @@ import (
 // what the counter holds, with no count on the request path but the
 // counter's.
 type Ledger struct {
-	Issued   int64 // allowance handed to the counter in all, and the cost the failure policy admitted (see Debt)
+	Issued   int64 // allowance handed to the counter in all, and what is owed: the failure policy's admissions, charges (see Debt)
 	Acked    int64 // the ledger's total in Redis, as last heard
 	SentAt   int64 // when the message in flight was prepared, ns of the limiter's clock, as are the times below
 	GrantAt  int64 // Optimistic: when the message that brought the allowance was prepared
