@@ -29,7 +29,10 @@
 // is given back through the limiter's Refund: the replica may spend it
 // again, and hands it back to Redis at its next round if it does not need
 // it. Under SHADOW_MODE every descriptor is charged, since the request goes
-// through. The loop, the verdict (quota_mode included) and the give-back
+// through. With HYBRIDLIMIT_COUNT_EVERY_HIT every hit counts, as the
+// reference counts it, for hits Envoy sends when a stream ends: hits a
+// descriptor cannot admit are charged anyway (sync.Limiter.Charge), into
+// debt, and every descriptor spends, none given back. The loop, the verdict (quota_mode included) and the give-back
 // are ruleset.Decide's, the HTTP and gRPC rules' one decision loop: the
 // descriptors matched to rules are its applications, asked with AfterPeek.
 //

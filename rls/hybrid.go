@@ -25,6 +25,7 @@ type decider interface {
 	hybridlimit.Limiter
 	hybridlimit.Peeker
 	hybridlimit.Refunder
+	hybridlimit.Charger
 }
 
 // hybridBackend serves every rule as a token bucket of requests_per_unit
@@ -36,6 +37,7 @@ type decider interface {
 type hybridBackend struct {
 	main, perSecond decider
 	policy          hybridlimit.FailurePolicy
+	charge          bool // hits a descriptor cannot admit are charged anyway (Settings.CountEveryHit)
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
@@ -121,12 +123,15 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		return ruleset.Spend{}, nil
 	case ok && it.negative:
 		return ruleset.Spend{}, h.giveBack(ctx, h.limiterFor(r), it, lim)
-	case !ok || it.hits > uint64(lim.Burst):
+	case !ok || it.hits > uint64(lim.Burst) && !(h.charge && spend):
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
 		return ruleset.Spend{}, nil
 	}
 	d := h.limiterFor(r)
+	if it.hits > uint64(lim.Burst) {
+		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
 		if err != nil {
@@ -153,6 +158,9 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 			return ruleset.Spend{}, fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
+	if !res.Allowed && h.charge && res.Source != hybridlimit.SourceFallback {
+		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+	}
 	if !res.Allowed {
 		h.deny(it, res.RetryAfter, rpu, near)
 		return ruleset.Spend{}, nil
@@ -161,6 +169,19 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 	after := rpu - min(rpu, uint64(res.Remaining))
 	it.stats.count(false, false, after-min(after, it.hits), after, it.hits, rpu, near)
 	return ruleset.Spend{Limiter: d, Key: h.key(it), Limit: lim, Cost: int64(it.hits)}, nil
+}
+
+// charged charges the hits of a descriptor its limit cannot admit, as the
+// reference counts every hit (Settings.CountEveryHit): the bucket goes
+// into debt, and the descriptor is over its limit until refill repays it.
+// What was charged is usage, never given back.
+func (h *hybridBackend) charged(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, rpu, near uint64) error {
+	res, err := d.Charge(ctx, h.key(it), lim, int64(it.hits))
+	if err != nil {
+		return fmt.Errorf("rls: charge: %w", err)
+	}
+	h.deny(it, max(res.RetryAfter, time.Second), rpu, near)
+	return nil
 }
 
 // giveBack answers a descriptor with is_negative_hits: its hits go back

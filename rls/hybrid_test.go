@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -38,6 +39,16 @@ func (f *fakeDecider) AllowN(_ context.Context, key string, l hybridlimit.Limit,
 
 func (f *fakeDecider) Peek(_ context.Context, _ string, l hybridlimit.Limit) (hybridlimit.Result, error) {
 	return hybridlimit.Result{Limit: l, Allowed: true, Remaining: l.Burst}, nil
+}
+
+func (f *fakeDecider) Charge(_ context.Context, key string, l hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
+	left, ok := f.left[key]
+	if !ok {
+		left = l.Burst
+	}
+	f.left[key] = left - cost
+	f.spentAll += cost
+	return hybridlimit.Result{Limit: l, Allowed: true, Source: hybridlimit.SourceGlobal, RetryAfter: time.Second}, nil
 }
 
 func (f *fakeDecider) Refund(_ context.Context, key string, _ hybridlimit.Limit, cost int64) error {
@@ -273,4 +284,64 @@ func TestRefundsReachRedis(t *testing.T) {
 			t.Fatalf("replica b spending one more: %v", r)
 		}
 	})
+}
+
+// countEveryHit makes r count every hit (Settings.CountEveryHit).
+func (r *replica) countEveryHit() *replica {
+	r.svc.opt.countAll = true
+	r.svc.backend.(*hybridBackend).charge = true
+	return r
+}
+
+// TestCountEveryHit: two replicas on a real Redis, 10 an hour. A request
+// of 4 hits is admitted; then 9 hits (the tokens of a reply, sent when the
+// stream ended), more than the 6 left. Counting every hit, they are
+// charged anyway: a hit on the other replica is over the limit until the
+// 3 of debt and a token have refilled. Without it they spend nothing.
+// Counting every hit, a request's other descriptor spends though the
+// first is over its limit.
+func TestCountEveryHit(t *testing.T) {
+	redistest.NoLeaks(t)
+	srv := redistest.StandaloneServer(t)
+	for _, count := range []bool{false, true} {
+		prefix := redistest.Prefix(t) + fmt.Sprint(count) + ":"
+		a, b := newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal)
+		if count {
+			a.countEveryHit()
+			b.countEveryHit()
+		}
+		if r := a.call(t, hits("a", 4, false)); r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("count %v: 4 hits of 10: %v", count, r)
+		}
+		if r := a.call(t, hits("a", 9, false)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("count %v: 9 hits with 6 left: %v, want OVER_LIMIT", count, r)
+		}
+		// The other replica asks Redis for a hit (a check, hits 0, reads
+		// only what a replica knows, and this one knows nothing yet).
+		// Counting every hit, the bucket is 3 in debt: a hit waits for 4
+		// tokens, 24 minutes. Without, the replica that was refused the 9
+		// holds the 6 it was granted toward them (until it hands them
+		// back), and the bucket's next token is 6 minutes away.
+		r := b.call(t, hits("a", 1, false))
+		wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
+		switch {
+		case count && (r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || wait < 23*time.Minute):
+			t.Errorf("counting every hit, a hit after 13 of 10: %v, want OVER_LIMIT for 24 minutes", r)
+		case !count && wait > 6*time.Minute:
+			t.Errorf("a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", r)
+		}
+		// Both descriptors, a over its limit: b spends only when every
+		// hit counts. (10 and 100 an hour are low limits, asked of Redis
+		// per request: what a replica reports is exact.)
+		req := request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}})
+		req.HitsAddend = 20
+		a.call(t, req)
+		want := uint32(99)
+		if count {
+			want = 79
+		}
+		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != want {
+			t.Errorf("count %v: b holds %d after a request a denied and one hit, want %d", count, r.Statuses[0].LimitRemaining, want)
+		}
+	}
 }

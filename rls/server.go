@@ -68,7 +68,7 @@ func NewServer(set Settings, log *slog.Logger) (*Server, error) {
 		rules: newStatSet(set.MaxStatKeys),
 		log:   log,
 		opt: serviceOptions{
-			globalShadow: set.GlobalShadow, globalQuota: set.GlobalQuota, headers: set.Headers,
+			globalShadow: set.GlobalShadow, countAll: set.CountEveryHit, globalQuota: set.GlobalQuota, headers: set.Headers,
 			limitHeader: set.LimitHeader, remainHeader: set.RemainingHeader, resetHeader: set.ResetHeader,
 			nearRatio: set.NearLimitRatio,
 		},
@@ -143,7 +143,7 @@ func limiterPolicy(p hybridlimit.FailurePolicy) hybridlimit.FailurePolicy {
 
 // hybrid builds the hybrid backend: one limiter per Redis.
 func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic.Uint64) (*hybridBackend, error) {
-	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks}
+	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks, charge: s.set.CountEveryHit}
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
 		mode := hlsync.Reserve
 		if s.set.Optimistic {

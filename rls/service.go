@@ -89,6 +89,7 @@ type Service struct {
 // serviceOptions are the settings a Service reads on every request.
 type serviceOptions struct {
 	globalShadow bool
+	countAll     bool // Settings.CountEveryHit in hybrid mode: every descriptor spends, none given back
 	globalQuota  bool
 	headers      bool
 	limitHeader  string
@@ -192,7 +193,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 		// status says, as Envoy reads it.
 		return ruleset.Answer{Spent: sp, Denied: it.status.Code == rlspb.RateLimitResponse_OVER_LIMIT, Quota: it.quota}, nil
 	}
-	opts := ruleset.DecideOptions{After: ruleset.AfterPeek, Shadow: s.opt.globalShadow}
+	opts := ruleset.DecideOptions{After: ruleset.AfterPeek, CountAll: s.opt.globalShadow || s.opt.countAll}
 	rejected, err := ruleset.Decide(ctx, len(apps), opts, ask, func(i int, err error) {
 		if err != nil {
 			errs = append(errs, err)

@@ -125,7 +125,14 @@ type Settings struct {
 	// answers the call with gRPC UNAVAILABLE, for Envoy's
 	// failure_mode_deny to decide (in hybrid mode: the denials of the
 	// limiter's FailClosed).
-	Policy        hybridlimit.FailurePolicy
+	Policy hybridlimit.FailurePolicy
+	// CountEveryHit counts every hit as the reference does, in hybrid
+	// mode too: hits a descriptor cannot admit are charged anyway, its
+	// bucket going into debt, and every descriptor of a request spends,
+	// none given back. For quotas whose hits Envoy sends when a stream
+	// ends (Envoy Gateway's cost.response, Envoy AI Gateway's token
+	// limits), which the request cannot be refused for any more.
+	CountEveryHit bool
 	InstanceID    string
 	ConfigPoll    time.Duration
 	MaxStatKeys   int
@@ -215,7 +222,7 @@ var refused = map[string]string{
 
 // ours are the HYBRIDLIMIT_* variables FromEnv reads.
 var ours = []string{"MODE", "RECONCILE", "SYNC_INTERVAL", "MAX_WAIT", "FAILURE_POLICY", "INSTANCE_ID",
-	"CONFIG_POLL_INTERVAL", "MAX_STAT_KEYS", "EMBEDDED_REDIS"}
+	"CONFIG_POLL_INTERVAL", "MAX_STAT_KEYS", "EMBEDDED_REDIS", "COUNT_EVERY_HIT"}
 
 // FromEnv reads the settings from the environment through lookup (such as
 // os.LookupEnv), with the reference service's defaults for its variables.
@@ -264,6 +271,7 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 		ConfigPoll:    e.dur(Prefix+"CONFIG_POLL_INTERVAL", 30*time.Second),
 		MaxStatKeys:   e.int(Prefix+"MAX_STAT_KEYS", 1000),
 		EmbeddedRedis: e.bool(Prefix+"EMBEDDED_REDIS", false),
+		CountEveryHit: e.bool(Prefix+"COUNT_EVERY_HIT", false),
 	}
 	s.StopIncrementWhenOver = e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	if e.bool("GRPC_SERVER_USE_TLS", false) {
@@ -323,6 +331,9 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 	}
 	if s.Mode == ModeFixedWindow && s.Policy == hybridlimit.FallbackLocal {
 		e.fail(Prefix+"FAILURE_POLICY", "fallback-local needs the hybrid mode; fixed_window takes error, fail-open or fail-closed")
+	}
+	if s.Mode == ModeFixedWindow && s.CountEveryHit {
+		e.fail(Prefix+"COUNT_EVERY_HIT", "is for the hybrid mode; fixed_window counts every hit already")
 	}
 	if s.MaxWait <= 0 || s.MaxWait > time.Minute {
 		e.fail(Prefix+"MAX_WAIT", fmt.Sprintf("%v is outside (0, 1m]", s.MaxWait))

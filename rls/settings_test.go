@@ -19,8 +19,12 @@ func TestFromEnvDefaults(t *testing.T) {
 	}
 	if s.Port != 8080 || s.GRPCPort != 8081 || s.DebugPort != 6070 || s.Redis.SocketType != "unix" ||
 		s.Runtime.Dir != "/srv/runtime_data/current/config" || s.NearLimitRatio != 0.8 || s.Mode != ModeHybrid ||
-		s.Policy != hybridlimit.FallbackLocal || s.MaxWait != 10*time.Millisecond || s.LimitHeader != "RateLimit-Limit" {
+		s.Policy != hybridlimit.FallbackLocal || s.MaxWait != 10*time.Millisecond || s.LimitHeader != "RateLimit-Limit" ||
+		s.CountEveryHit {
 		t.Fatalf("defaults: %+v", s)
+	}
+	if s, err := FromEnv(lookupOf(map[string]string{"HYBRIDLIMIT_COUNT_EVERY_HIT": "true"}), nil); err != nil || !s.CountEveryHit {
+		t.Fatalf("HYBRIDLIMIT_COUNT_EVERY_HIT=true: CountEveryHit %v, %v", s.CountEveryHit, err)
 	}
 }
 
@@ -59,6 +63,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{map[string]string{"NEAR_LIMIT_RATIO": "2"}, "NEAR_LIMIT_RATIO"},
 		{map[string]string{"HYBRIDLIMIT_MODE": "sliding"}, "HYBRIDLIMIT_MODE"},
 		{map[string]string{"HYBRIDLIMIT_MODE": "fixed_window", "HYBRIDLIMIT_FAILURE_POLICY": "fallback-local"}, "needs the hybrid mode"},
+		{map[string]string{"HYBRIDLIMIT_MODE": "fixed_window", "HYBRIDLIMIT_COUNT_EVERY_HIT": "true"}, "counts every hit already"},
 		{map[string]string{"HYBRIDLIMIT_MAX_WAIT": "0s"}, "HYBRIDLIMIT_MAX_WAIT"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m"}, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},

@@ -54,10 +54,11 @@ type DecideOptions struct {
 	// After says what follows a denial by an application that decides
 	// the request (neither Quota nor Shadow).
 	After After
-	// Shadow lets every request through: every application is asked and
-	// spends (After does not apply), the verdict is reported, and nothing
-	// is given back. The Envoy service's SHADOW_MODE.
-	Shadow bool
+	// CountAll has every application asked and spend (After does not
+	// apply) and nothing given back; the verdict is reported. The Envoy
+	// service's SHADOW_MODE, which then lets the request through, and its
+	// count of every hit (HYBRIDLIMIT_COUNT_EVERY_HIT).
+	CountAll bool
 	// GiveBackOnError gives back what was spent when ask fails, as for a
 	// rejection. Without it, a failed decision keeps what it spent.
 	GiveBackOnError bool
@@ -69,9 +70,8 @@ type DecideOptions struct {
 // decides the request, opts.After says what the later applications get.
 // It reports the verdict: rejected when an application that decides the
 // request (neither Quota nor Shadow) denied it, one halted, or every quota
-// application (at least one) denied it; under opts.Shadow the request
-// still goes through. A rejected request gets back what it spent, through
-// GiveBack, unless opts.Shadow lets it through; done, when not nil, is
+// application (at least one) denied it. A rejected request gets back what
+// it spent, through GiveBack, unless opts.CountAll; done, when not nil, is
 // told each give-back's application index and error.
 //
 // A quota application that is also Shadow counts among the quota ones
@@ -92,7 +92,7 @@ func Decide(ctx context.Context, n int, opts DecideOptions, ask func(i int, spen
 		if stopped && opts.After == AfterStop {
 			break
 		}
-		a, err := ask(i, opts.Shadow || !stopped)
+		a, err := ask(i, opts.CountAll || !stopped)
 		if err != nil {
 			if opts.GiveBackOnError {
 				giveBack(ctx, spends, at, done)
@@ -114,13 +114,13 @@ func Decide(ctx context.Context, n int, opts DecideOptions, ask func(i int, spen
 		}
 		if a.decides() {
 			rejected = true
-			stopped = !opts.Shadow
+			stopped = !opts.CountAll
 		}
 	}
 	if quota > 0 && quota == quotaDenials {
 		rejected = true
 	}
-	if rejected && !opts.Shadow {
+	if rejected && !opts.CountAll {
 		giveBack(ctx, spends, at, done)
 	}
 	return rejected, nil

@@ -38,7 +38,7 @@ func TestDecide(t *testing.T) {
 		{"one quota denial of two", []Answer{{Denied: true, Quota: true}, {Quota: true}, spent(1)}, -1, DecideOptions{After: AfterPeek}, "SSS", false, nil},
 		{"every quota denies", []Answer{{Denied: true, Quota: true}, spent(2), {Denied: true, Quota: true}}, -1, DecideOptions{After: AfterPeek}, "SSS", true, []int64{2}},
 		{"a quota shadow keeps quota from rejecting", []Answer{{Denied: true, Quota: true}, {Denied: true, Quota: true, Shadow: true}}, -1, DecideOptions{}, "SS", false, nil},
-		{"global shadow spends and keeps", []Answer{deny, spent(1), spent(2)}, -1, DecideOptions{After: AfterPeek, Shadow: true}, "SSS", true, nil},
+		{"global shadow spends and keeps", []Answer{deny, spent(1), spent(2)}, -1, DecideOptions{After: AfterPeek, CountAll: true}, "SSS", true, nil},
 		{"error keeps what was spent", []Answer{spent(1), {}}, 1, DecideOptions{}, "SS", false, nil},
 		{"error gives back on request", []Answer{spent(1), {}}, 1, DecideOptions{GiveBackOnError: true}, "SS", false, []int64{1}},
 	}
