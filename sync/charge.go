@@ -21,12 +21,12 @@ func (l *Limiter) Charge(ctx context.Context, key string, limit hybridlimit.Limi
 }
 
 // ChargeAt spends cost units of key under limit whatever the key holds:
-// for usage known only once the work ends (the tokens of a reply). The
-// allowance this instance holds pays first; the rest becomes the key's
-// debt on this instance, which its next message has Redis take from the
+// for usage known only once the work ends (the tokens of a reply). In
+// Reserve mode the allowance this instance holds pays first; the rest (in
+// Optimistic mode, all of it) becomes the key's debt on this instance, which its next message has Redis take from the
 // global bucket whatever the bucket holds, into debt if need be. ChargeAt
 // sends that message before it returns (within the max wait and ctx;
-// else a later round sends it), so every instance denies the key from
+// else a later round sends it, and the Result's Source is SourceLocal), so every instance denies the key from
 // its next message on until refill repays the debt. A charge is never
 // lost or counted twice: the debt is restated until Redis acknowledges
 // it, through lost replies, retries and a failover (docs/design.md,
@@ -67,14 +67,13 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 		}
 		src := hybridlimit.SourceLocal
 		if owed > 0 {
-			// Have Redis take it now; should the round fail, the debt
-			// waits for the next one that reaches Redis.
+			// Have Redis take it now; should the round fail, or ctx end
+			// first, the debt waits for the next round that reaches
+			// Redis. The charge is recorded either way, so no error
+			// follows it: a caller that retried would charge twice.
 			serial := l.flag(e, 0, false)
-			if err := l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.maxWait)); err == nil {
+			if err := l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.maxWait)); err == nil && ctx.Err() == nil {
 				src = hybridlimit.SourceGlobal
-			}
-			if err := ctx.Err(); err != nil {
-				return hybridlimit.Result{}, err
 			}
 		}
 		return l.charged(e, limit, src), nil

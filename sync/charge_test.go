@@ -308,3 +308,36 @@ func TestChargeWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestChargeOutlivesItsContext charges on a context already ended: the
+// charge is recorded, with no error (a caller that retried would charge
+// twice), and the next round has Redis take it.
+func TestChargeOutlivesItsContext(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := frozen(10)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, err := l.Charge(ended, "k", limit, 25)
+	if err != nil || !r.Allowed || r.Source != hybridlimit.SourceLocal {
+		t.Fatalf("Charge on an ended context: %+v, %v; want allowed, local, no error", r, err)
+	}
+	ctx := context.Background()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Owed != 0 || s.Charged != 25 {
+		t.Errorf("after a round: Owed %d, Charged %d; want 0, 25", s.Owed, s.Charged)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := taken(t, rdb, prefix, "k", limit, 64); got != 25 {
+		t.Errorf("the bucket is %d short of full, want 25", got)
+	}
+}

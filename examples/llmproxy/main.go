@@ -5,7 +5,9 @@
 // the estimate is settled to the tokens the reply's usage block reports:
 // what was used beyond it is charged whatever the key holds, so a key
 // that keeps using more than it asks for is stopped by its debt; what was
-// not used is given back.
+// not used is given back. It reads the usage block of whole replies; a
+// streamed one (server-sent events) goes through as it comes, and keeps
+// its estimate.
 //
 //	go run ./examples/llmproxy -miniredis        # embedded Redis and a fake model
 //	go run ./examples/llmproxy -redis 127.0.0.1:6379 -upstream http://model:8000
@@ -31,6 +33,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -165,16 +168,18 @@ type completion struct {
 
 // estimate is the tokens a request may use: its prompt, at about four
 // bytes a token, and the most it lets the model answer. It reads the body
-// and puts it back for the proxy to send on.
+// (its first maxBody bytes, as a body it cannot parse is estimated by its
+// size) and leaves it whole for the proxy to send on.
 func estimate(r *http.Request) int64 {
 	if r.Body == nil {
 		return 1
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	var body []byte
+	var err error
+	body, r.Body, err = peek(r.Body)
 	var c completion
 	if err != nil || json.Unmarshal(body, &c) != nil {
-		return 1
+		return max(int64(len(body))/4, 1)
 	}
 	prompt := int64(0)
 	for _, m := range c.Messages {
@@ -187,9 +192,12 @@ func estimate(r *http.Request) int64 {
 // used, for the tokens rule to settle its estimate to once the proxy has
 // answered.
 func settle(resp *http.Response) error {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return nil // read, it would be held back until it ends
+	}
+	var body []byte
+	var err error
+	body, resp.Body, err = peek(resp.Body)
 	if err != nil {
 		return err
 	}
@@ -198,6 +206,16 @@ func settle(resp *http.Response) error {
 		return nil // no usage block: the estimate stands
 	}
 	return rules.ReportCost(resp.Request.Context(), "tokens", c.Usage.TotalTokens)
+}
+
+// peek reads up to maxBody bytes of body, and returns them and a body
+// that yields all of it still: what was read, then the rest.
+func peek(body io.ReadCloser) ([]byte, io.ReadCloser, error) {
+	b, err := io.ReadAll(io.LimitReader(body, maxBody))
+	return b, struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), body), body}, err
 }
 
 // serveFakeModel serves a model that answers every completion with a
@@ -209,8 +227,10 @@ func serveFakeModel() (string, func(), error) {
 		return "", nil, err
 	}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
 		var c completion
-		_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&c)
+		_ = json.Unmarshal(body, &c)
+		w.Header().Set("Fake-Received", fmt.Sprint(len(body)))
 		total := c.MaxTokens + 10
 		if u := r.Header.Get("Fake-Usage"); u != "" {
 			fmt.Sscan(u, &total)

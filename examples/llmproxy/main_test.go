@@ -100,3 +100,28 @@ func TestTokensSettledFromUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeBodyEstimatedBySize: a request body past what the proxy reads
+// for its estimate is estimated by its size, about four bytes a token:
+// 1.5 MiB is far past 10,000 tokens, refused with no wait that would
+// admit it, and the model never sees it.
+func TestLargeBodyEstimatedBySize(t *testing.T) {
+	base := start(t)
+	pad := strings.Repeat("x", 3*maxBody/2)
+	body := fmt.Sprintf(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":%q}]}`, pad)
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer big")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Fake-Received") != "" || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("%d, Retry-After %q, the model received %q bytes; want 429 without Retry-After, the model never asked",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Fake-Received"))
+	}
+}
