@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	stdsync "sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -169,12 +171,15 @@ const chargeEnv = "HYBRIDLIMIT_CHARGE_WORKER"
 
 // chargeConfig is one charge worker's work: Requests requests on Key,
 // each admitted on an estimate of Estimate and settled to an actual cost
-// drawn from [0, MaxActual].
+// drawn from [0, MaxActual], Pace apart. The worker's Redis is the
+// standalone server at Addr, or the cluster Addrs names.
 type chargeConfig struct {
 	Addr, Prefix, ID, Key string
+	Addrs                 []string
 	Limit                 hybridlimit.Limit
 	Requests              int
 	Estimate, MaxActual   int64
+	Pace                  time.Duration
 	Seed                  uint64
 	Out                   string
 }
@@ -212,6 +217,68 @@ func TestChargeAcrossProcesses(t *testing.T) {
 		}
 		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
 	}
+	used := chargeWorkersUsed(t, cfgs, cmds)
+	got := taken(t, srv.Client(t), prefix, "tenant", limit, 64)
+	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
+	if got != used {
+		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
+	}
+}
+
+// TestFleetFailoverCharge is TestChargeAcrossProcesses on a cluster
+// whose master of the key is killed (SIGKILL) while the processes admit
+// and charge, its replica promoted by the cluster a second or two later.
+// Charges and admissions the instances make meanwhile are owed (the
+// failure policy's default, FallbackLocal) and restated until the new
+// master takes them, so once the processes close, the bucket must again
+// be short by exactly what they used: nothing lost, nothing taken twice.
+// Replication is asynchronous, so a write the old master acknowledged and
+// never sent on would be lost (design 6.3's L); on loopback the replica has
+// every acknowledged write, and the test holds the sum exact.
+func TestFleetFailoverCharge(t *testing.T) {
+	defaultBuildOnly(t)
+	if testing.Short() {
+		t.Skip("several processes and a cluster for several seconds")
+	}
+	redistest.NoLeaksAfterKill(t)
+	cl := redistest.NewClusterWith(t, "cluster-node-timeout 1000")
+	prefix := redistest.Prefix(t)
+	dir := t.TempDir()
+	limit := frozen(100_000) // in debt near the end of the run, the kill a third in
+	probe, err := hlsync.New(cl.Client(t), hlsync.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, _ := probe.Keys("tenant")
+	master, _ := cl.SlotOwner(t, hybridlimit.Slot(bucket))
+	const processes = 3
+	cfgs := make([]chargeConfig, processes)
+	cmds := make([]*exec.Cmd, processes)
+	for i := range cfgs {
+		cfgs[i] = chargeConfig{
+			Addrs: cl.Addrs(), Prefix: prefix, ID: fmt.Sprintf("p%d", i), Key: "tenant", Limit: limit,
+			Requests: 200, Estimate: 100, MaxActual: 400, Pace: 30 * time.Millisecond, Seed: uint64(i),
+			Out: filepath.Join(dir, fmt.Sprintf("p%d.json", i)),
+		}
+		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
+	}
+	time.Sleep(2 * time.Second) // a third of the run
+	if err := master.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	used := chargeWorkersUsed(t, cfgs, cmds)
+	got := taken(t, cl.Client(t), prefix, "tenant", limit, 64)
+	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
+	if got != used {
+		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
+	}
+}
+
+// chargeWorkersUsed waits for the charge workers and returns what they
+// used in all, failing the test for a worker's error or an admission
+// after its own charge found the bucket in debt.
+func chargeWorkersUsed(t *testing.T, cfgs []chargeConfig, cmds []*exec.Cmd) int64 {
+	t.Helper()
 	var used int64
 	for i, cfg := range cfgs {
 		if err := cmds[i].Wait(); err != nil {
@@ -225,8 +292,10 @@ func TestChargeAcrossProcesses(t *testing.T) {
 		if err := json.Unmarshal(raw, &log); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: admitted %d requests using %d, %d after its charge found the bucket in debt; charged %d, refunded %d",
-			cfg.ID, log.Admitted, log.Used, log.AfterDebt, log.Stats.Charged, log.Stats.Refunded)
+		t.Logf("%s: admitted %d requests using %d, %d after its charge found the bucket in debt; charged %d, refunded %d; "+
+			"rounds failed %d, admitted by the failure policy %d",
+			cfg.ID, log.Admitted, log.Used, log.AfterDebt, log.Stats.Charged, log.Stats.Refunded,
+			log.Stats.RoundErrors, log.Stats.FallbackAllowed)
 		if log.FirstError != "" {
 			t.Errorf("%s: %s", cfg.ID, log.FirstError)
 		}
@@ -235,18 +304,20 @@ func TestChargeAcrossProcesses(t *testing.T) {
 		}
 		used += log.Used
 	}
-	got := taken(t, srv.Client(t), prefix, "tenant", limit, 64)
-	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
-	if got != used {
-		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
-	}
+	return used
 }
 
 // TestChargeWorker is one process of TestChargeAcrossProcesses.
 func TestChargeWorker(t *testing.T) {
 	var cfg chargeConfig
 	workerConfig(t, chargeEnv, &cfg)
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	var rdb redis.UniversalClient
+	if len(cfg.Addrs) > 0 {
+		redis.SetLogger(quietLogger{}) // each dial a dead master refuses
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, ContextTimeoutEnabled: true})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	}
 	defer rdb.Close()
 	l, err := hlsync.New(rdb, hlsync.WithPrefix(cfg.Prefix), hlsync.WithInstanceID(cfg.ID))
 	if err != nil {
@@ -265,6 +336,7 @@ func TestChargeWorker(t *testing.T) {
 		}
 	}
 	for range cfg.Requests {
+		time.Sleep(cfg.Pace)
 		r, err := l.AllowN(ctx, cfg.Key, cfg.Limit, cfg.Estimate)
 		if err != nil {
 			fail(err)
