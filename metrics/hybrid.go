@@ -28,6 +28,7 @@ type hybridCollector struct {
 	admitted, charged, outstanding, staleness, breakerOpenTime *prometheus.Desc
 	roundDuration, roundMessages, errors                       *prometheus.Desc
 	splitKeys, reshards, moves                                 *prometheus.Desc
+	debt, deniedDebt                                           *prometheus.Desc
 }
 
 // NewHybridCollector returns a collector of the hybrid limiter's counters,
@@ -53,6 +54,8 @@ type hybridCollector struct {
 //	hybridlimit_sync_last_round_duration_seconds      gauge
 //	hybridlimit_sync_admitted_cost_total              counter
 //	hybridlimit_sync_charged_cost_total               counter
+//	hybridlimit_sync_debt_cost                        gauge
+//	hybridlimit_sync_denied_debt_total                counter
 //	hybridlimit_sync_outstanding_allowance            gauge
 //	hybridlimit_sync_view_staleness_seconds           gauge
 //	hybridlimit_sync_breaker_open_seconds_total       counter
@@ -115,6 +118,8 @@ func NewHybridCollector(src HybridSource, opts ...Option) (prometheus.Collector,
 		evicted:             d("evictions_total", "Idle keys dropped from memory."),
 		admitted:            d("admitted_cost_total", "Cost admitted from local allowance, all keys, charges included."),
 		charged:             d("charged_cost_total", "Cost charged after the fact (Charge), all keys."),
+		debt:                d("debt_cost", "How far the buckets of the keys this instance tracks are short of empty by Redis's last word and the refill since: charges beyond what they held, repaid by refill before they admit again. Instances sharing a key each count its debt."),
+		deniedDebt:          d("denied_debt_total", "Denials (global or local) of keys whose bucket Redis last said is in debt."),
 		outstanding:         d("outstanding_allowance", "Allowance held unspent now, all keys: tokens Redis counts as this instance's (Reserve) or that it may admit before reporting (Optimistic)."),
 		staleness:           d("view_staleness_seconds", "How long Redis has left unanswered the sync rounds that needed it: 0 while it answers, and on an instance with nothing to sync."),
 		breakerOpenTime:     d("breaker_open_seconds_total", "Time the breakers of the Redis nodes have been open, summed over the nodes: the failure policy deciding for some keys."),
@@ -133,7 +138,7 @@ func (c *hybridCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.keys, c.live, c.breakerOpen, c.lastRound, c.rounds, c.roundErrors,
 		c.fetches, c.messages, c.scriptCalls, c.elsewhere, c.waits, c.decisions, c.breakerOpens, c.breakerCloses, c.owed, c.evicted,
 		c.nodeBreakerOpen, c.nodeBreakerOpenTime,
-		c.admitted, c.charged, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
+		c.admitted, c.charged, c.debt, c.deniedDebt, c.outstanding, c.staleness, c.breakerOpenTime, c.roundDuration, c.roundMessages, c.errors, c.splitKeys, c.reshards, c.moves} {
 		ch <- d
 	}
 }
@@ -174,6 +179,8 @@ func (c *hybridCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evicted, s.Evictions)
 	counter(c.admitted, s.Admitted)
 	counter(c.charged, s.Charged)
+	gauge(c.debt, float64(s.Debt))
+	counter(c.deniedDebt, s.DeniedDebt)
 	gauge(c.outstanding, float64(s.Outstanding))
 	gauge(c.staleness, s.Unanswered.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.breakerOpenTime, prometheus.CounterValue, s.BreakerOpenFor.Seconds())

@@ -24,7 +24,7 @@ func TestHybridCollector(t *testing.T) {
 		Keys: 12, LiveInstances: 3, Rounds: 100, RoundErrors: 2, Fetches: 7, Messages: 250, ScriptCalls: 110, Elsewhere: 13,
 		Waits: 9, DeniedRemote: 4, DeniedLocal: 5, FailOpen: 6, FailClosed: 7, FallbackAllowed: 8, FallbackDenied: 1,
 		BreakerOpen: true, BreakerOpens: 2, BreakerCloses: 1, Owed: 11, Evictions: 30, SplitKeys: 2, Reshards: 3, Moves: 4, LastRound: 1500 * time.Microsecond,
-		Admitted: 9000, Charged: 120, Outstanding: 42, SinceSync: time.Minute, Unanswered: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
+		Admitted: 9000, Charged: 120, Debt: 35, DeniedDebt: 4, Outstanding: 42, SinceSync: time.Minute, Unanswered: 250 * time.Millisecond, BreakerOpenFor: 3 * time.Second,
 		Nodes: []hlsync.NodeStats{{Addr: "10.0.0.1:6379", BreakerOpen: true, OpenFor: 2 * time.Second}, {Addr: "10.0.0.2:6379", OpenFor: time.Second}},
 		// The collector takes the bounds from the snapshot, whatever they are.
 		RoundDuration: hybridlimit.Histogram{Bounds: []float64{0.001, 0.01}, Buckets: []uint64{3, 5}, Count: 6, Sum: 0.5},
@@ -56,6 +56,9 @@ hybridlimit_sync_breaker_opens_total{instance_name="a"} 2
 # HELP hybridlimit_sync_charged_cost_total Cost charged after the fact (Charge), all keys.
 # TYPE hybridlimit_sync_charged_cost_total counter
 hybridlimit_sync_charged_cost_total{instance_name="a"} 120
+# HELP hybridlimit_sync_debt_cost How far the buckets of the keys this instance tracks are short of empty by Redis's last word and the refill since: charges beyond what they held, repaid by refill before they admit again. Instances sharing a key each count its debt.
+# TYPE hybridlimit_sync_debt_cost gauge
+hybridlimit_sync_debt_cost{instance_name="a"} 35
 # HELP hybridlimit_sync_decisions_total Decisions the limiter counts, by outcome and path: denials (global, local) and failure-policy decisions (fallback, fail_open, fail_closed). Admissions from local allowance are not counted.
 # TYPE hybridlimit_sync_decisions_total counter
 hybridlimit_sync_decisions_total{instance_name="a",outcome="allowed",path="fail_open"} 6
@@ -64,6 +67,9 @@ hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fail_c
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="fallback"} 1
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="global"} 4
 hybridlimit_sync_decisions_total{instance_name="a",outcome="denied",path="local"} 5
+# HELP hybridlimit_sync_denied_debt_total Denials (global or local) of keys whose bucket Redis last said is in debt.
+# TYPE hybridlimit_sync_denied_debt_total counter
+hybridlimit_sync_denied_debt_total{instance_name="a"} 4
 # HELP hybridlimit_sync_errors_total Failed calls to Redis (sync script and presence calls), by class: timeout, connection, error_reply, malformed_reply, other.
 # TYPE hybridlimit_sync_errors_total counter
 hybridlimit_sync_errors_total{class="connection",instance_name="a"} 0

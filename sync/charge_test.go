@@ -26,7 +26,8 @@ import (
 // bucket is short by every token admitted and charged, none forgiven in
 // either mode), the charging instance reports the debt, and another
 // instance is denied from its first message on, its ResetAfter the time
-// the debt and the burst take to refill.
+// the debt and the burst take to refill; both count the debt and their
+// denials for it.
 func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
@@ -54,6 +55,16 @@ func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 			// repaid: 36 tokens' refill, 3.6 times a refill of the burst.
 			if r, err := b.Allow(ctx, "k", limit); err != nil || r.Allowed || r.ResetAfter < limit.Refill()*35/10 {
 				t.Errorf("another instance, after the charge: %+v, %v; want denied, ResetAfter 3.6 x %v", r, err, limit.Refill())
+			}
+			// Both instances count the debt (26 past empty) and their denials
+			// for it.
+			if r, err := a.Allow(ctx, "k", limit); err != nil || r.Allowed {
+				t.Errorf("the charging instance, after the charge: %+v, %v; want denied", r, err)
+			}
+			for i, l := range ls {
+				if s := l.Stats(); s.Debt != 26 || s.DeniedDebt != 1 {
+					t.Errorf("instance %d: Stats Debt %d, DeniedDebt %d; want 26 and 1", i, s.Debt, s.DeniedDebt)
+				}
 			}
 			for _, l := range ls {
 				if err := l.Close(ctx); err != nil {

@@ -51,7 +51,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			}
 		}
 		if until := e.denyUntil.Load(); until > l.nanos(now) {
-			l.stats.deniedRemote.Inc()
+			l.stats.denied(l.stats.deniedRemote, e, l.nanos(now))
 			retry := l.retryAfter(e, cost, l.nanos(now))
 			return deniedUntil(limit, retry, e.fullIn(limit, retry), src), nil
 		}
@@ -68,7 +68,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if !l.mode.Fetches(e.synced.Load()) || gaveUp || l.emptied(e, now) {
 			// Out of allowance until a round brings more.
 			l.flag(e, 0, true)
-			l.stats.deniedLocal.Inc()
+			l.stats.denied(l.stats.deniedLocal, e, l.nanos(now))
 			l.lockGather(e)
 			short := l.mode.Short(&e.ledger, &e.avail, cost)
 			l.scatterUnlock(e)

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	stdsync "sync"
@@ -46,7 +47,7 @@ type entry struct {
 	gen       int32         // the layout's generation: 0 for the configured one, more after a reshard
 	via       atomic.Int32  // home of a split key: the part decisions turned to last (home's own index at first)
 	partLeft  atomic.Int64  // tokens left in this part's global bucket as of the last sync
-	epoch     int64         // first sequence number of this entry's messages
+	heardAt   atomic.Int64  // when Redis last answered for this entry, or when it was made; read with denyUntil
 	denyUntil atomic.Int64  // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
 	mu       stdsync.Mutex  // guards the fields below; never held across I/O
@@ -56,7 +57,35 @@ type entry struct {
 	owes     bool           // has a debt (see debt), in the limiter's debts
 	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64          // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
-	heardAt  atomic.Int64   // when Redis last answered for this entry, or when it was made
+	epoch    int64          // first sequence number of this entry's messages
+}
+
+// inDebt reports whether e's bucket, by Redis's last word on it, holds
+// less than nothing at now (ns of the limiter's clock): a charge took more
+// than it held, so it is full later than a refill of its whole burst from
+// now. It compares without dividing (ahead Rate > Burst Period), cheap
+// enough for the deny path, which reads denyUntil beside heardAt anyway.
+func (e *entry) inDebt(now int64) bool {
+	ahead := e.heardAt.Load() + e.resetAfter.Load() - now
+	if ahead <= 0 || !e.synced.Load() {
+		return false
+	}
+	part := partLimit(e)
+	ah, al := bits.Mul64(uint64(ahead), uint64(part.Rate))
+	bh, bl := bits.Mul64(uint64(part.Burst), uint64(part.Period))
+	return ah > bh || ah == bh && al > bl
+}
+
+// debt returns how many tokens e's bucket is short of empty at now, by
+// Redis's last word on it and the refill since, rounded up; 0 if it is not
+// in debt.
+func (e *entry) debt(now int64) int64 {
+	if !e.inDebt(now) {
+		return 0
+	}
+	part := partLimit(e)
+	ahead := float64(e.heardAt.Load() + e.resetAfter.Load() - now)
+	return int64(math.Ceil(ahead*float64(part.Rate)/float64(part.Period))) - part.Burst // a token part repaid is still owed
 }
 
 // maxCost returns the largest cost a decision on e's key may have under

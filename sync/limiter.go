@@ -157,7 +157,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 		closing:  make(chan struct{}, 1),
 		closedCh: make(chan struct{}),
 	}
-	l.stats.deniedRemote, l.stats.deniedLocal = xsync.NewCounter(), xsync.NewCounter()
+	l.stats.deniedRemote, l.stats.deniedLocal, l.stats.deniedDebt = xsync.NewCounter(), xsync.NewCounter(), xsync.NewCounter()
 	l.mode = account.Reserve{Policy: l.pol}
 	if cfg.mode == Optimistic {
 		l.mode = account.Optimistic{Policy: l.pol, Budget: cfg.overshoot, Life: l.allowanceLife()}
@@ -489,7 +489,7 @@ func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, c
 	if e.denyUntil.Load() <= t {
 		return hybridlimit.Result{}, false
 	}
-	l.stats.deniedRemote.Inc()
+	l.stats.denied(l.stats.deniedRemote, e, t)
 	retry := l.retryAfter(e, cost, t)
 	return deniedUntil(limit, retry, e.fullIn(limit, retry), hybridlimit.SourceLocal), true
 }

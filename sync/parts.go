@@ -176,7 +176,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 			soonest = min(soonest, l.retryAfter(p, cost, t))
 		}
 	}
-	l.stats.deniedRemote.Inc()
+	l.stats.denied(l.stats.deniedRemote, home, t)
 	return nil, denied(limit, soonest, src), true
 }
 

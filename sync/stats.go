@@ -32,6 +32,19 @@ type counters struct {
 	// the cores from fighting over one cache line for every such decision
 	// (BenchmarkLimiterDenyEmpty).
 	deniedRemote, deniedLocal *xsync.Counter
+	// deniedDebt counts the denials, of either kind, of keys whose bucket
+	// Redis last said is in debt (entry.inDebt): striped for the same
+	// reason.
+	deniedDebt *xsync.Counter
+}
+
+// denied counts a denial of e's key at now (ns of the limiter's clock) in
+// by, and in deniedDebt too while e's bucket is in debt.
+func (c *counters) denied(by *xsync.Counter, e *entry, now int64) {
+	by.Inc()
+	if e.inDebt(now) {
+		c.deniedDebt.Inc()
+	}
 }
 
 // highWater is a counter that only moves up.
@@ -77,6 +90,7 @@ type Stats struct {
 	Waits         uint64 // decisions that waited for a fetch
 	DeniedRemote  uint64 // decisions denied because Redis said the bucket is empty
 	DeniedLocal   uint64 // decisions denied for want of allowance, without waiting (longer)
+	DeniedDebt    uint64 // of those, decisions on keys whose bucket Redis last said is in debt (Charge)
 
 	// Decisions of the failure policy, and the cost FallbackLocal admitted
 	// or Charge charged beyond the allowance that Redis has not taken yet
@@ -103,6 +117,11 @@ type Stats struct {
 	// unspent now.
 	Admitted, Refunded, Charged, Dropped uint64
 	Outstanding                          int64
+	// Debt is how far the buckets of the keys tracked here are short of
+	// empty, in tokens, by Redis's last word on each and the refill since:
+	// charges it has taken beyond what they held, to be repaid by refill
+	// before they admit again. Instances sharing a key each count its debt.
+	Debt int64
 
 	SinceSync time.Duration // since Redis last answered a round (0 before the first); grows on an instance with nothing to sync
 	// Unanswered is how long Redis has left unanswered the rounds that
@@ -149,8 +168,8 @@ func (c *counters) answered(r *round, now int64) {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
-	admitted, outstanding, split := l.tally()
 	now := l.cfg.clock.Now()
+	admitted, outstanding, split, debt := l.tally(l.nanos(now))
 	var since time.Duration
 	if last := c.lastSuccess.Load(); last != 0 {
 		since = time.Duration(l.nanos(now) - (last - 1))
@@ -173,6 +192,7 @@ func (l *Limiter) Stats() Stats {
 		Charged:         c.charged.Load(),
 		Dropped:         c.dropped.Load(),
 		Outstanding:     outstanding,
+		Debt:            debt,
 		SinceSync:       since,
 		Unanswered:      unanswered,
 		BreakerOpenFor:  openFor,
@@ -187,6 +207,7 @@ func (l *Limiter) Stats() Stats {
 		Waits:           c.waits.Load(),
 		DeniedRemote:    uint64(c.deniedRemote.Value()),
 		DeniedLocal:     uint64(c.deniedLocal.Value()),
+		DeniedDebt:      uint64(c.deniedDebt.Value()),
 		FailOpen:        c.failOpen.Load(),
 		FailClosed:      c.failClosed.Load(),
 		FallbackAllowed: c.fallbackAllowed.Load(),
@@ -205,8 +226,9 @@ func (l *Limiter) Stats() Stats {
 }
 
 // tally walks the entries for what they admitted in all (with what left
-// them), hold unspent, and how many are split keys' homes.
-func (l *Limiter) tally() (admitted uint64, outstanding, split int64) {
+// them), hold unspent, how many are split keys' homes, and how far their
+// buckets are in debt at now (ns of the limiter's clock).
+func (l *Limiter) tally(now int64) (admitted uint64, outstanding, split, debt int64) {
 	c := &l.stats
 	l.retiring.RLock()
 	admitted = c.evictedAdmitted.Load() + c.refunded.Load() - c.dropped.Load()
@@ -219,12 +241,13 @@ func (l *Limiter) tally() (admitted uint64, outstanding, split int64) {
 		if e.shards > 1 && e.key == e.owner {
 			split++
 		}
+		debt += e.debt(now)
 	})
 	l.retiring.RUnlock()
 	// A refund moves cost out of an entry and into the refunded count in
 	// one step the walk above may see half done: Admitted, a counter, is
 	// kept from going down meanwhile.
-	return c.admitted.raise(admitted), outstanding, split
+	return c.admitted.raise(admitted), outstanding, split, debt
 }
 
 // nodeStats returns each node's breaker state, the time any breaker has
