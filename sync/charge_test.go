@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -181,15 +182,16 @@ func TestChargeExactlyOnceUnderFaults(t *testing.T) {
 const chargeEnv = "HYBRIDLIMIT_CHARGE_WORKER"
 
 // chargeConfig is one charge worker's work: Requests requests on Key,
-// each admitted on an estimate of Estimate and settled to an actual cost
-// drawn from [0, MaxActual], Pace apart. The worker's Redis is the
+// Pace apart, each admitted on an estimate of Estimate and settled to an
+// actual cost drawn from [MinActual, MaxActual]. The worker's Redis is the
 // standalone server at Addr, or the cluster Addrs names.
 type chargeConfig struct {
 	Addr, Prefix, ID, Key string
 	Addrs                 []string
 	Limit                 hybridlimit.Limit
 	Requests              int
-	Estimate, MaxActual   int64
+	Estimate              int64
+	MinActual, MaxActual  int64
 	Pace                  time.Duration
 	Seed                  uint64
 	Out                   string
@@ -198,99 +200,57 @@ type chargeConfig struct {
 // chargeLog is what a charge worker did.
 type chargeLog struct {
 	Used       int64 // actual cost of the requests admitted, in all
+	Net        int64 // what admission took: the estimates admitted less the refunds
 	Admitted   int64 // requests admitted
-	AfterDebt  int64 // requests admitted after a charge of its own left the bucket in debt
+	InDebt     int64 // requests admitted before a debt its own charge found was repaid by refill
 	Stats      hlsync.Stats
 	FirstError string
 }
 
-// TestChargeAcrossProcesses runs three OS processes, each a hybrid limiter
-// with the default options on one real Redis, admitting requests on a
-// frozen key on an estimate and settling each to its actual cost, more or
-// less than the estimate (Charge the rest, or Refund the difference).
-// Once they close, the bucket must be short by exactly the actual cost of
-// what they admitted; and once a process's own charge has left the
-// bucket in debt, it admits nothing more (the bucket never refills).
-func TestChargeAcrossProcesses(t *testing.T) {
-	defaultBuildOnly(t)
-	srv := redistest.StandaloneServer(t)
-	prefix := redistest.Prefix(t)
-	dir := t.TempDir()
-	limit := frozen(20_000)
-	const processes = 3
-	cfgs := make([]chargeConfig, processes)
-	cmds := make([]*exec.Cmd, processes)
-	for i := range cfgs {
-		cfgs[i] = chargeConfig{
-			Addr: srv.Addr, Prefix: prefix, ID: fmt.Sprintf("p%d", i), Key: "tenant", Limit: limit,
-			Requests: 150, Estimate: 100, MaxActual: 400, Seed: uint64(i),
-			Out: filepath.Join(dir, fmt.Sprintf("p%d.json", i)),
-		}
-		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
-	}
-	used := chargeWorkersUsed(t, cfgs, cmds)
-	got := taken(t, srv.Client(t), prefix, "tenant", limit, 64)
-	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
-	if got != used {
-		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
-	}
-}
-
-// TestFleetFailoverCharge is TestChargeAcrossProcesses on a cluster
-// whose master of the key is killed (SIGKILL) while the processes admit
-// and charge, its replica promoted by the cluster a second or two later.
-// Charges and admissions the instances make meanwhile are owed (the
-// failure policy's default, FallbackLocal) and restated until the new
-// master takes them, so once the processes close, the bucket must again
-// be short by exactly what they used: nothing lost, nothing taken twice.
-// Replication is asynchronous, so a write the old master acknowledged and
-// never sent on would be lost (design 6.3's L); on loopback the replica has
-// every acknowledged write, and the test holds the sum exact.
-func TestFleetFailoverCharge(t *testing.T) {
-	defaultBuildOnly(t)
-	if testing.Short() {
-		t.Skip("several processes and a cluster for several seconds")
-	}
-	redistest.NoLeaksAfterKill(t)
-	cl := redistest.NewClusterWith(t, "cluster-node-timeout 1000")
-	prefix := redistest.Prefix(t)
-	dir := t.TempDir()
-	limit := frozen(100_000) // in debt near the end of the run, the kill a third in
-	probe, err := hlsync.New(cl.Client(t), hlsync.WithPrefix(prefix))
+// chargeFleet runs three OS processes, each a hybrid limiter with the
+// default options on the Redis client makes, admitting requests on cfg's key on an estimate
+// and settling each to its actual cost (Charge the excess, or Refund the
+// difference), fault called two seconds in if not nil. It holds them to
+// the claims:
+//   - every token used is in Redis exactly once: once they close, the time
+//     the key's bucket is full has moved on by exactly the refill of what
+//     they used (Redis's clock, so refill meanwhile cancels out; the bucket
+//     is half spent before they start, so it never fills, which would
+//     forget);
+//   - what admission took (estimates less refunds) is at most B + r T over
+//     the run, charges on top;
+//   - no process admits a request while a debt its own charge found is
+//     unpaid, by the charge's RetryAfter.
+func chargeFleet(t *testing.T, client func() redis.UniversalClient, cfg chargeConfig, fault func()) {
+	t.Helper()
+	ctx := context.Background()
+	limit := cfg.Limit
+	start := time.Now()
+	rdb := client()
+	pre, err := hlsync.New(rdb, hlsync.WithPrefix(cfg.Prefix), hlsync.WithInstanceID("pre"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, _ := probe.Keys("tenant")
-	master, _ := cl.SlotOwner(t, hybridlimit.Slot(bucket))
-	const processes = 3
-	cfgs := make([]chargeConfig, processes)
-	cmds := make([]*exec.Cmd, processes)
-	for i := range cfgs {
-		cfgs[i] = chargeConfig{
-			Addrs: cl.Addrs(), Prefix: prefix, ID: fmt.Sprintf("p%d", i), Key: "tenant", Limit: limit,
-			Requests: 200, Estimate: 100, MaxActual: 400, Pace: 30 * time.Millisecond, Seed: uint64(i),
-			Out: filepath.Join(dir, fmt.Sprintf("p%d.json", i)),
-		}
-		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
-	}
-	time.Sleep(2 * time.Second) // a third of the run
-	if err := master.Signal(syscall.SIGKILL); err != nil {
+	if _, err := pre.Charge(ctx, cfg.Key, limit, limit.Burst/10); err != nil {
 		t.Fatal(err)
 	}
-	used := chargeWorkersUsed(t, cfgs, cmds)
-	got := taken(t, cl.Client(t), prefix, "tenant", limit, 64)
-	t.Logf("used %d in all on a burst of %d; the bucket is %d short of full", used, limit.Burst, got)
-	if got != used {
-		t.Errorf("the bucket is %d short of full; the processes used %d", got, used)
+	if err := pre.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// chargeWorkersUsed waits for the charge workers and returns what they
-// used in all, failing the test for a worker's error or an admission
-// after its own charge found the bucket in debt.
-func chargeWorkersUsed(t *testing.T, cfgs []chargeConfig, cmds []*exec.Cmd) int64 {
-	t.Helper()
-	var used int64
+	full0 := fullAtUS(t, rdb, cfg.Prefix, cfg.Key)
+	dir := t.TempDir()
+	cfgs := make([]chargeConfig, 3)
+	cmds := make([]*exec.Cmd, len(cfgs))
+	for i := range cfgs {
+		cfgs[i] = cfg
+		cfgs[i].ID, cfgs[i].Seed, cfgs[i].Out = fmt.Sprintf("p%d", i), uint64(i), filepath.Join(dir, fmt.Sprintf("p%d.json", i))
+		cmds[i] = startWorker(t, "TestChargeWorker", chargeEnv, cfgs[i])
+	}
+	if fault != nil {
+		time.Sleep(2 * time.Second)
+		fault()
+	}
+	var used, net int64
 	for i, cfg := range cfgs {
 		if err := cmds[i].Wait(); err != nil {
 			t.Fatalf("%s: %v", cfg.ID, err)
@@ -303,22 +263,98 @@ func chargeWorkersUsed(t *testing.T, cfgs []chargeConfig, cmds []*exec.Cmd) int6
 		if err := json.Unmarshal(raw, &log); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: admitted %d requests using %d, %d after its charge found the bucket in debt; charged %d, refunded %d; "+
-			"rounds failed %d, admitted by the failure policy %d",
-			cfg.ID, log.Admitted, log.Used, log.AfterDebt, log.Stats.Charged, log.Stats.Refunded,
-			log.Stats.RoundErrors, log.Stats.FallbackAllowed)
+		t.Logf("%s: admitted %d requests using %d, %d while its charge's debt was unpaid; charged %d, refunded %d; "+
+			"rounds failed %d, admitted by the failure policy %d, denied for debt %d",
+			cfg.ID, log.Admitted, log.Used, log.InDebt, log.Stats.Charged, log.Stats.Refunded,
+			log.Stats.RoundErrors, log.Stats.FallbackAllowed, log.Stats.DeniedDebt)
 		if log.FirstError != "" {
 			t.Errorf("%s: %s", cfg.ID, log.FirstError)
 		}
-		if log.AfterDebt != 0 {
-			t.Errorf("%s admitted %d requests after its charge left the frozen bucket in debt", cfg.ID, log.AfterDebt)
+		if log.InDebt != 0 {
+			t.Errorf("%s admitted %d requests while a debt its own charge found was unpaid", cfg.ID, log.InDebt)
 		}
 		used += log.Used
+		net += log.Net
 	}
-	return used
+	span := time.Since(start)
+	perToken := float64(limit.Period.Microseconds()) / float64(limit.Rate)
+	got := int64(math.Round((fullAtUS(t, client(), cfg.Prefix, cfg.Key) - full0) / perToken))
+	bound := float64(limit.Burst) + float64(limit.Rate)*span.Seconds()/limit.Period.Seconds()
+	t.Logf("used %d in all; Redis counted %d; admission took %d of B + r T = %.0f over %v",
+		used, got, net, bound, span.Round(time.Millisecond))
+	if got != used {
+		t.Errorf("Redis counted %d tokens; the processes used %d", got, used)
+	}
+	if float64(net) > bound {
+		t.Errorf("admission took %d, over B + r T = %.0f", net, bound)
+	}
 }
 
-// TestChargeWorker is one process of TestChargeAcrossProcesses.
+// fullAtUS returns when key's bucket is full, in microseconds of Redis's
+// clock: the sync script's field t of it, read as stored.
+func fullAtUS(t *testing.T, rdb redis.UniversalClient, prefix, key string) float64 {
+	t.Helper()
+	l, err := hlsync.New(rdb, hlsync.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, _ := l.Keys(key)
+	full, err := rdb.HGet(context.Background(), bucket, "t").Float64()
+	if err != nil {
+		t.Fatalf("field t of %s: %v", bucket, err)
+	}
+	return full
+}
+
+// TestChargeAcrossProcesses runs chargeFleet on one real Redis with the
+// issue's key, 10,000 tokens a minute, estimates of 500 and actual costs
+// of 100 to 2,000: the key is in debt most of the run.
+func TestChargeAcrossProcesses(t *testing.T) {
+	defaultBuildOnly(t)
+	srv := redistest.StandaloneServer(t)
+	chargeFleet(t, func() redis.UniversalClient { return srv.Client(t) }, chargeConfig{
+		Addr: srv.Addr, Prefix: redistest.Prefix(t), Key: "tenant", Limit: hybridlimit.PerMinute(10_000),
+		Requests: 150, Estimate: 500, MinActual: 100, MaxActual: 2000, Pace: 20 * time.Millisecond,
+	}, nil)
+}
+
+// TestFleetFailoverCharge runs chargeFleet on a cluster whose master of
+// the key is killed (SIGKILL) a third into the run, its replica promoted
+// by the cluster a second or two later. What the instances admit and
+// charge meanwhile is owed (the failure policy's default, FallbackLocal)
+// and restated until the new master takes it, so the sums must still be
+// exact. The key admits 200,000 tokens a minute, so that hundreds of
+// requests are admitted and settled around the kill. Replication is
+// asynchronous: a write the old master acknowledged and never sent on
+// would be lost (design 6.3's L); on loopback the replica has every
+// acknowledged write, and the test holds the sum exact.
+func TestFleetFailoverCharge(t *testing.T) {
+	defaultBuildOnly(t)
+	if testing.Short() {
+		t.Skip("several processes and a cluster for several seconds")
+	}
+	redistest.NoLeaksAfterKill(t)
+	cl := redistest.NewClusterWith(t, "cluster-node-timeout 1000")
+	prefix := redistest.Prefix(t)
+	probe, err := hlsync.New(cl.Client(t), hlsync.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, _ := probe.Keys("tenant")
+	master, _ := cl.SlotOwner(t, hybridlimit.Slot(bucket))
+	// A new client at the end: one made before the kill may still route
+	// the key to the dead master.
+	chargeFleet(t, func() redis.UniversalClient { return cl.Client(t) }, chargeConfig{
+		Addrs: cl.Addrs(), Prefix: prefix, Key: "tenant", Limit: hybridlimit.PerMinute(200_000),
+		Requests: 200, Estimate: 500, MinActual: 100, MaxActual: 2000, Pace: 30 * time.Millisecond,
+	}, func() {
+		if err := master.Signal(syscall.SIGKILL); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestChargeWorker is one process of chargeFleet.
 func TestChargeWorker(t *testing.T) {
 	var cfg chargeConfig
 	workerConfig(t, chargeEnv, &cfg)
@@ -340,47 +376,54 @@ func TestChargeWorker(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 2))
 	var log chargeLog
-	inDebt := false
-	fail := func(err error) {
+	var repaid time.Time // when the last debt this worker's charge found is repaid
+	fail := func(op string, err error) {
 		if log.FirstError == "" {
-			log.FirstError = err.Error()
+			log.FirstError = op + ": " + err.Error()
 		}
 	}
 	for range cfg.Requests {
 		time.Sleep(cfg.Pace)
 		r, err := l.AllowN(ctx, cfg.Key, cfg.Limit, cfg.Estimate)
 		if err != nil {
-			fail(err)
+			fail("AllowN", err)
 			continue
 		}
 		if !r.Allowed {
 			continue
 		}
 		log.Admitted++
-		if inDebt {
-			log.AfterDebt++
+		if time.Now().Before(repaid) {
+			log.InDebt++
 		}
-		actual := rng.Int64N(cfg.MaxActual + 1)
+		actual := cfg.MinActual + rng.Int64N(cfg.MaxActual-cfg.MinActual+1)
 		log.Used += actual
+		log.Net += cfg.Estimate
 		switch {
 		case actual > cfg.Estimate:
 			c, err := l.Charge(ctx, cfg.Key, cfg.Limit, actual-cfg.Estimate)
 			if err != nil {
-				fail(err)
+				fail("Charge", err)
 				log.Used -= actual - cfg.Estimate // not recorded: the bucket holds it
 			}
-			if c.RetryAfter > 0 && c.Source == hybridlimit.SourceGlobal {
-				inDebt = true
+			// In debt by Redis's word: the wait for one token is longer
+			// than one token's refill. Repaid a token's refill before
+			// that wait ends.
+			perToken := cfg.Limit.Period / time.Duration(cfg.Limit.Rate)
+			if c.Source == hybridlimit.SourceGlobal && c.RetryAfter > perToken {
+				repaid = time.Now().Add(c.RetryAfter - perToken)
 			}
 		case actual < cfg.Estimate:
 			if err := l.Refund(ctx, cfg.Key, cfg.Limit, cfg.Estimate-actual); err != nil {
-				fail(err)
+				fail("Refund", err)
 				log.Used += cfg.Estimate - actual // not given back
+			} else {
+				log.Net -= cfg.Estimate - actual
 			}
 		}
 	}
 	if err := l.Close(ctx); err != nil {
-		fail(err)
+		fail("Close", err)
 	}
 	log.Stats = l.Stats()
 	out, err := json.Marshal(log)
