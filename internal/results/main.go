@@ -474,6 +474,8 @@ func (r *runner) tests(d *data) error {
 		{"Master failover and SIGKILL, hybrid limiter", "", "./sync/", "TestFailover"},
 		{"A fleet of 4 processes, 10,000 decisions a second each for 20 s, 200 keys Zipf 1.1, through the death (SIGKILL), a 3 s stall (SIGSTOP) and the failover (CLUSTER FAILOVER) of the master of the hottest key and of the presence record at 10 s; each line is one run: tokens over B + r T, in all and on the other masters' keys, the worst key, the window bound, limit denials of keys under half their rate",
 			"HYBRIDLIMIT_FLEET_FULL=1", "./sync/", "TestFleetFailover"},
+		{"Usage charged after the fact: 3 processes admit requests on an estimate of 500 tokens and settle each to its actual cost (100 to 2,000), on one Redis (10,000 tokens a minute) and on the cluster with the master of the key killed a third in (200,000 a minute); Redis must count exactly what they used",
+			"", "./sync/", "TestChargeAcrossProcesses|TestFleetFailoverCharge"},
 	} {
 		args := []string{"test", "-count=1", "-v", "-timeout", "20m", "-run", "^(" + t.run + ")$", t.pkg}
 		env := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}
