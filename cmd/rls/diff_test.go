@@ -22,9 +22,16 @@ var diffCalls = flag.Int("rls.diff", 300, "requests the differential test sends 
 var reference build
 
 // referenceBinary builds Envoy's reference rate limit service from the
-// module in rls/reference, once for the test binary.
+// module in rls/reference, once for the test binary: with the race
+// detector when the test binary has it, as rlsBinary builds ours, so that
+// the packages it shares with ours (rls/reference/go.mod requires them at
+// our versions) come from the build cache instead of a second compile.
 func referenceBinary(t *testing.T) string {
-	return reference.get(t, "reference", filepath.Join("..", "..", "rls", "reference"), "github.com/envoyproxy/ratelimit/src/service_cmd", nil)
+	var flags []string
+	if raceBuild {
+		flags = append(flags, "-race")
+	}
+	return reference.get(t, "reference", filepath.Join("..", "..", "rls", "reference"), "github.com/envoyproxy/ratelimit/src/service_cmd", nil, flags...)
 }
 
 // TestDifferential runs the reference and this service in fixed-window

@@ -292,6 +292,57 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 	}
 }
 
+// TestStreamEndHits is the acceptance case of hits Envoy sends when a
+// stream ends (apply_on_stream_done: Envoy Gateway's cost.response, the
+// tokens of an LLM's reply): 4 hits, then 9 with 6 left, then 1, on a
+// rule of 10 an hour. Counting every hit (fixed_window
+// mode, or the hybrid with HYBRIDLIMIT_COUNT_EVERY_HIT=true), the 9 are
+// counted though over the limit, and the next hit is OVER_LIMIT; the
+// hybrid's default refuses hits it cannot admit whole and counts nothing
+// of them, so the next hit goes through (docs/rls.md, What the numbers
+// mean, says why it is not the default).
+func TestStreamEndHits(t *testing.T) {
+	t.Parallel()
+	const rules = `domain: usage
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+`
+	for _, c := range []struct {
+		name, mode, every string
+		counted           bool
+	}{
+		{"hybrid", "hybrid", "false", false},
+		{"hybrid/count_every_hit", "hybrid", "true", true},
+		{"fixed_window", "fixed_window", "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := env(t, runtimeDir(t, map[string]string{"usage.yaml": rules}), "HYBRIDLIMIT_MODE", c.mode)
+			if c.every != "" {
+				e["HYBRIDLIMIT_COUNT_EVERY_HIT"] = c.every
+			}
+			p := start(t, rlsBinary(t), e)
+			awayFromEdge(t, c.mode, 3600, 30)
+			tenant := entries("tenant", "t1")
+			if r := p.mustCall(request("usage", 4, tenant)); r.OverallCode != rlspb.RateLimitResponse_OK {
+				t.Fatalf("4 hits of 10: %v", r)
+			}
+			if r := p.mustCall(request("usage", 9, tenant)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("9 hits with 6 left: %v, want OVER_LIMIT", r)
+			}
+			want := rlspb.RateLimitResponse_OK
+			if c.counted {
+				want = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+			if r := p.mustCall(request("usage", 1, tenant)); r.OverallCode != want {
+				t.Fatalf("1 hit after the 9: %v, want %v (the 9 counted: %v)", r, want, c.counted)
+			}
+		})
+	}
+}
+
 // TestRefundAcrossReplicas: in the default mode, what a request denied by
 // one descriptor spent on another goes back to the bucket in Redis. Replica
 // b empties key2's bucket; replica a, which has not seen it, spends on
