@@ -45,10 +45,7 @@ func (g *Global) Charge(ctx context.Context, key string, limit hybridlimit.Limit
 	sum := hybridlimit.Result{Limit: limit, Allowed: true, Source: hybridlimit.SourceGlobal}
 	var charged int64
 	for j := range s {
-		share := cost / int64(s) // the remainder to the first parts, as Quota divides a burst
-		if int64(j) < cost%int64(s) {
-			share++
-		}
+		share := Share(cost, j, s)
 		pk, part := PartKey(key, j, s), g.split(limit, j, s)
 		r, err := g.parts.Charge(ctx, pk, part, share)
 		if err != nil {

@@ -41,10 +41,7 @@ func Part(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
 		p.Period = limit.Period * time.Duration(n)
 		return p
 	}
-	p.Rate = limit.Rate / n
-	if int64(j) < limit.Rate%n {
-		p.Rate++
-	}
+	p.Rate = Share(limit.Rate, j, s)
 	return p
 }
 
@@ -52,13 +49,22 @@ func Part(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
 // whose Burst is what a window of Period admits: Burst is divided as in
 // Part, and Rate and Period are kept.
 func Quota(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
-	n := int64(max(s, 1))
 	q := limit
-	q.Burst = limit.Burst / n
-	if int64(j) < limit.Burst%n {
-		q.Burst++
-	}
+	q.Burst = Share(limit.Burst, j, s)
 	return q
+}
+
+// Share returns part j's share of n units divided s ways: as evenly as
+// whole units allow, the remainder going to the first parts, so that the
+// shares add up to n. It divides a burst (Quota), a rate (Part) and a
+// charge over the parts alike.
+func Share(n int64, j, s int) int64 {
+	k := int64(max(s, 1))
+	share := n / k
+	if int64(j) < n%k {
+		share++
+	}
+	return share
 }
 
 // Fit returns the most parts, at most s, that limit splits into while every

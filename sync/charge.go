@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
+	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 // maxChargeUS bounds the refill time a key may owe on an instance, in
@@ -39,8 +40,8 @@ func (l *Limiter) Charge(ctx context.Context, key string, limit hybridlimit.Limi
 // with what the key owes this instance already comes to 2^50 units or
 // 2^50 microseconds (35 years) of refill, is refused with
 // hybridlimit.ErrInvalidCost and changes nothing. A key split over parts
-// is charged on this instance's home part, which repays it from its own
-// refill while the other parts admit theirs.
+// is charged on every part, each its share (sharding.Share), so that the
+// parts go into debt together and none admits while the key is in debt.
 func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	if err := l.checkCall(key, limit, 1); err != nil {
 		return hybridlimit.Result{}, err
@@ -52,31 +53,63 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 	if err != nil {
 		return hybridlimit.Result{}, err
 	}
-	now = l.at(now)
+	t := l.nanos(l.at(now))
+	home, err := l.entry(key, limit, shards)
+	if err != nil {
+		return hybridlimit.Result{}, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
+	}
+	var serial uint64 // of the round that carries the debt, if any
+	var charged int64
+	at := home.layout()
+	for j := range at.shards {
+		share := sharding.Share(cost, j, at.shards)
+		e, owed, err := l.chargePart(key, limit, shards, j, at, share, t)
+		if err != nil {
+			if j == 0 {
+				return hybridlimit.Result{}, err
+			}
+			return hybridlimit.Result{}, fmt.Errorf("sync: %d of a charge of %d charged to key %q, on the first %d of its %d parts: %w",
+				charged, cost, key, j, at.shards, err)
+		}
+		charged += share
+		if j == int(home.shard) {
+			home = e
+		}
+		if owed > 0 {
+			serial = max(serial, l.flag(e, 0, false))
+		}
+	}
+	src := hybridlimit.SourceLocal
+	// Have Redis take the debt now; should the round fail, or ctx end
+	// first, the debt waits for the next round that reaches Redis. The
+	// charge is recorded either way, so no error follows it: a caller
+	// that retried would charge twice.
+	if serial > 0 {
+		if err := l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.maxWait)); err == nil && ctx.Err() == nil {
+			src = hybridlimit.SourceGlobal
+		}
+	}
+	return l.charged(home, limit, src), nil
+}
+
+// chargePart charges share to part j of key in layout at (the home part,
+// for a whole key) at t, and returns the entry charged and what it owes
+// after: the entry that took its place if the one looked up was evicted
+// meanwhile, and the home part of the key's layout if the key moved to
+// another (a move carries what the old parts owe to it the same way).
+func (l *Limiter) chargePart(key string, limit hybridlimit.Limit, shards, j int, at layout, share, t int64) (*entry, int64, error) {
 	for {
 		e, err := l.entry(key, limit, shards)
+		if err == nil && e.layout() == at && j != int(e.shard) {
+			e, err = l.part(key, limit, j, at)
+		}
 		if err != nil {
-			return hybridlimit.Result{}, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
+			return nil, 0, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
 		}
-		owed, ok, err := l.charge(e, cost, l.nanos(now))
-		if err != nil {
-			return hybridlimit.Result{}, err
+		owed, ok, err := l.charge(e, share, t)
+		if err != nil || ok {
+			return e, owed, err
 		}
-		if !ok {
-			continue // evicted meanwhile: charge the entry that takes its place
-		}
-		src := hybridlimit.SourceLocal
-		if owed > 0 {
-			// Have Redis take it now; should the round fail, or ctx end
-			// first, the debt waits for the next round that reaches
-			// Redis. The charge is recorded either way, so no error
-			// follows it: a caller that retried would charge twice.
-			serial := l.flag(e, 0, false)
-			if err := l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.maxWait)); err == nil && ctx.Err() == nil {
-				src = hybridlimit.SourceGlobal
-			}
-		}
-		return l.charged(e, limit, src), nil
 	}
 }
 

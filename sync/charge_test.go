@@ -19,6 +19,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/sharding"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -76,6 +77,62 @@ func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 				t.Errorf("the bucket is %d tokens short of full, want 36: one admitted, 35 charged", got)
 			}
 		})
+	}
+}
+
+// TestChargeSplitKeyEveryPart charges a key split four ways more than it
+// holds: each part is charged its share (sharding.Share), so every part
+// is in debt and no instance admits the key, whichever part it turns to,
+// and the parts' buckets are short by exactly what was admitted and
+// charged.
+func TestChargeSplitKeyEveryPart(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	prefix := redistest.Prefix(t)
+	split := hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return 4 })
+	ls := newLimiters(t, 3, func() hybridlimit.Redis { return rdb }, hlsync.WithPrefix(prefix), split)
+	ctx := context.Background()
+	limit := frozen(40) // parts of 10
+	if r, err := ls[0].Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("first request: %+v, %v", r, err)
+	}
+	if _, err := ls[0].Charge(ctx, "k", limit, 102); err != nil { // shares 26, 26, 25, 25
+		t.Fatal(err)
+	}
+	for i, l := range ls {
+		for range 8 {
+			if r, err := l.Allow(ctx, "k", limit); err != nil || r.Allowed {
+				t.Fatalf("instance %d, after the charge: %+v, %v; want denied", i, r, err)
+			}
+		}
+	}
+	for _, l := range ls {
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var short []int64
+	var sum int64
+	for j := range 4 {
+		bucket, _ := ls[0].PartKeys("k", j, 4, 0)
+		full, err := rdb.HGet(ctx, bucket, "t").Float64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := sharding.Part(limit, j, 4)
+		n := int64(math.Round((full - float64(now.UnixMicro())) * float64(part.Rate) / float64(part.Period.Microseconds())))
+		short = append(short, n)
+		sum += n
+		if n <= part.Burst {
+			t.Errorf("part %d is %d short of full, not in debt past its burst of %d", j, n, part.Burst)
+		}
+	}
+	if sum != 103 {
+		t.Errorf("the parts are %v short of full, %d in all; want 103: one admitted, 102 charged", short, sum)
 	}
 }
 
