@@ -123,14 +123,17 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		return ruleset.Spend{}, nil
 	case ok && it.negative:
 		return ruleset.Spend{}, h.giveBack(ctx, h.limiterFor(r), it, lim)
-	case !ok || it.hits > uint64(lim.Burst) && !(h.charge && spend):
+	case !ok || it.hits > uint64(lim.Burst) && !spend:
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
 		return ruleset.Spend{}, nil
 	}
 	d := h.limiterFor(r)
 	if it.hits > uint64(lim.Burst) {
-		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+		if h.charge {
+			return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+		}
+		return ruleset.Spend{}, h.drained(ctx, d, it, lim, r.Period, rpu, near)
 	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
@@ -158,12 +161,14 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 			return ruleset.Spend{}, fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
-	if !res.Allowed && h.charge && res.Source != hybridlimit.SourceFallback {
-		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
-	}
-	if !res.Allowed {
+	switch {
+	case !res.Allowed && res.Source == hybridlimit.SourceFallback:
 		h.deny(it, res.RetryAfter, rpu, near)
 		return ruleset.Spend{}, nil
+	case !res.Allowed && h.charge:
+		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+	case !res.Allowed:
+		return ruleset.Spend{}, h.drained(ctx, d, it, lim, res.RetryAfter, rpu, near)
 	}
 	it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(res.Remaining), res.ResetAfter)
 	after := rpu - min(rpu, uint64(res.Remaining))
@@ -181,6 +186,31 @@ func (h *hybridBackend) charged(ctx context.Context, d decider, it *item, lim hy
 		return fmt.Errorf("rls: charge: %w", err)
 	}
 	h.deny(it, max(res.RetryAfter, time.Second), rpu, near)
+	return nil
+}
+
+// drained answers a descriptor whose hits its limit cannot admit, in the
+// default mode: what the key has left by the replica's view (Peek: the
+// allowance it holds and Redis's last word) is spent (Charge), so that usage larger than what is left (hits Envoy sends when a stream
+// ends, the tokens of a reply) still exhausts the quota and the next
+// request is over the limit, as the reference, which counts every hit,
+// would answer it. The rest of the hits is not counted: a client retrying
+// while over its limit spends nothing more, where counting it all
+// (Settings.CountEveryHit) keeps its bucket in debt. retry is the denial's
+// wait before the drain, which it only lengthens.
+func (h *hybridBackend) drained(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, retry time.Duration, rpu, near uint64) error {
+	p, err := d.Peek(ctx, h.key(it), lim)
+	if err != nil {
+		return fmt.Errorf("rls: %w", err)
+	}
+	if p.Remaining > 0 {
+		res, err := d.Charge(ctx, h.key(it), lim, p.Remaining)
+		if err != nil {
+			return fmt.Errorf("rls: charge: %w", err)
+		}
+		retry = max(retry, res.RetryAfter)
+	}
+	h.deny(it, retry, rpu, near)
 	return nil
 }
 

@@ -108,13 +108,13 @@ func TestRefundAcrossDescriptors(t *testing.T) {
 }
 
 // TestBadHits: a hits_addend past 2^53 is refused; one past the limit is
-// over it without asking the store.
+// over it, and spends what the key had left (hybridBackend.drained).
 func TestBadHits(t *testing.T) {
 	svc, fake := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", map[string]int64{})
 	req := request2("d", [][2]string{{"a", "x"}})
 	req.HitsAddend = 11
-	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 0 {
-		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d", r, err, fake.spentAll)
+	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 10 {
+		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d; want over the limit, the 10 left spent", r, err, fake.spentAll)
 	}
 	req = request2("d", [][2]string{{"a", "x"}})
 	req.Descriptors[0].HitsAddend = wrapUint64(1 << 60)
@@ -297,7 +297,8 @@ func (r *replica) countEveryHit() *replica {
 // of 4 hits is admitted; then 9 hits (the tokens of a reply, sent when the
 // stream ended), more than the 6 left. Counting every hit, they are
 // charged anyway: a hit on the other replica is over the limit until the
-// 3 of debt and a token have refilled. Without it they spend nothing.
+// 3 of debt and a token have refilled. Without it the 6 left are spent
+// and no more: the hit is over the limit until one token has refilled.
 // Counting every hit, a request's other descriptor spends though the
 // first is over its limit.
 func TestCountEveryHit(t *testing.T) {
@@ -319,16 +320,17 @@ func TestCountEveryHit(t *testing.T) {
 		// The other replica asks Redis for a hit (a check, hits 0, reads
 		// only what a replica knows, and this one knows nothing yet).
 		// Counting every hit, the bucket is 3 in debt: a hit waits for 4
-		// tokens, 24 minutes. Without, the replica that was refused the 9
-		// holds the 6 it was granted toward them (until it hands them
-		// back), and the bucket's next token is 6 minutes away.
+		// tokens, 24 minutes. Without, the 6 left were spent: the next
+		// token is 6 minutes away.
 		r := b.call(t, hits("a", 1, false))
 		wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
 		switch {
-		case count && (r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || wait < 23*time.Minute):
+		case r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT:
+			t.Errorf("count %v: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", count, r)
+		case count && wait < 23*time.Minute:
 			t.Errorf("counting every hit, a hit after 13 of 10: %v, want OVER_LIMIT for 24 minutes", r)
 		case !count && wait > 6*time.Minute:
-			t.Errorf("a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", r)
+			t.Errorf("a hit after 4 of 10 and 9 with 6 left: %v, want no wait past 6 minutes", r)
 		}
 		// Both descriptors, a over its limit: b spends only when every
 		// hit counts. (10 and 100 an hour are low limits, asked of Redis

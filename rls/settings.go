@@ -127,11 +127,11 @@ type Settings struct {
 	// limiter's FailClosed).
 	Policy hybridlimit.FailurePolicy
 	// CountEveryHit counts every hit as the reference does, in hybrid
-	// mode too: hits a descriptor cannot admit are charged anyway, its
+	// mode too: hits a descriptor cannot admit are charged whole, its
 	// bucket going into debt, and every descriptor of a request spends,
-	// none given back. For quotas whose hits Envoy sends when a stream
-	// ends (Envoy Gateway's cost.response, Envoy AI Gateway's token
-	// limits), which the request cannot be refused for any more.
+	// none given back. Without it such hits spend only what the key has
+	// left, which stops the key as well (the tokens of a reply Envoy sends
+	// when a stream ends) without keeping a retrying client in debt.
 	CountEveryHit bool
 	InstanceID    string
 	ConfigPoll    time.Duration

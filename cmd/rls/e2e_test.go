@@ -295,12 +295,11 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 // TestStreamEndHits is the acceptance case of hits Envoy sends when a
 // stream ends (apply_on_stream_done: Envoy Gateway's cost.response, the
 // tokens of an LLM's reply): 4 hits, then 9 with 6 left, then 1, on a
-// rule of 10 an hour. Counting every hit (fixed_window
-// mode, or the hybrid with HYBRIDLIMIT_COUNT_EVERY_HIT=true), the 9 are
-// counted though over the limit, and the next hit is OVER_LIMIT; the
-// hybrid's default refuses hits it cannot admit whole and counts nothing
-// of them, so the next hit goes through (docs/rls.md, What the numbers
-// mean, says why it is not the default).
+// rule of 10 an hour; the last is OVER_LIMIT in every mode. The hybrid's
+// default spends the 6 left of the 9, so the wait is one token's, 6
+// minutes; counting every hit (HYBRIDLIMIT_COUNT_EVERY_HIT=true) charges
+// all 9, 3 into debt, and the last hit as well, so it is 5 tokens', 30
+// minutes; fixed_window mode counts them in the hour's window.
 func TestStreamEndHits(t *testing.T) {
 	t.Parallel()
 	const rules = `domain: usage
@@ -312,11 +311,11 @@ descriptors:
 `
 	for _, c := range []struct {
 		name, mode, every string
-		counted           bool
+		wait              [2]time.Duration // the last hit's duration_until_reset, from and to
 	}{
-		{"hybrid", "hybrid", "false", false},
-		{"hybrid/count_every_hit", "hybrid", "true", true},
-		{"fixed_window", "fixed_window", "", true},
+		{"hybrid", "hybrid", "false", [2]time.Duration{5 * time.Minute, 6 * time.Minute}},
+		{"hybrid/count_every_hit", "hybrid", "true", [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
+		{"fixed_window", "fixed_window", "", [2]time.Duration{0, time.Hour}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"usage.yaml": rules}), "HYBRIDLIMIT_MODE", c.mode)
@@ -332,12 +331,10 @@ descriptors:
 			if r := p.mustCall(request("usage", 9, tenant)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("9 hits with 6 left: %v, want OVER_LIMIT", r)
 			}
-			want := rlspb.RateLimitResponse_OK
-			if c.counted {
-				want = rlspb.RateLimitResponse_OVER_LIMIT
-			}
-			if r := p.mustCall(request("usage", 1, tenant)); r.OverallCode != want {
-				t.Fatalf("1 hit after the 9: %v, want %v (the 9 counted: %v)", r, want, c.counted)
+			r := p.mustCall(request("usage", 1, tenant))
+			wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
+			if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || wait < c.wait[0] || wait > c.wait[1] {
+				t.Fatalf("1 hit after the 9: %v, want OVER_LIMIT for %v to %v", r, c.wait[0], c.wait[1])
 			}
 		})
 	}
