@@ -24,18 +24,19 @@ func (l *Limiter) Charge(ctx context.Context, key string, limit hybridlimit.Limi
 // ChargeAt spends cost units of key under limit whatever the key holds:
 // for usage known only once the work ends (the tokens of a reply). In
 // Reserve mode the allowance this instance holds pays first; the rest (in
-// Optimistic mode, all of it) becomes the key's debt on this instance, which its next message has Redis take from the
-// global bucket whatever the bucket holds, into debt if need be. ChargeAt
+// Optimistic mode, all of it) is owed by this instance, and its next
+// message has Redis take it from the global bucket whatever the bucket
+// holds, into debt if need be. ChargeAt
 // sends that message before it returns (within the max wait and ctx;
 // else a later round sends it, and the Result's Source is SourceLocal), so every instance denies the key from
 // its next message on until refill repays the debt. A charge is never
-// lost or counted twice: the debt is restated until Redis acknowledges
+// lost or counted twice: what is owed is restated until Redis acknowledges
 // it, through lost replies, retries and a failover (docs/design.md,
 // "Usage charged after the fact").
 //
 // The Result is Allowed (the charge landed), with what the key has left
 // and, while Redis says its bucket is empty or in debt, the wait until a
-// unit is back; its Source is SourceGlobal once Redis took the debt. cost
+// unit is back; its Source is SourceGlobal once Redis took what is owed. cost
 // may exceed the burst; 0 changes nothing. A negative cost, or one that
 // with what the key owes this instance already comes to 2^50 units or
 // 2^50 microseconds (35 years) of refill, is refused with
@@ -58,7 +59,7 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 	if err != nil {
 		return hybridlimit.Result{}, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
 	}
-	var serial uint64 // of the round that carries the debt, if any
+	var serial uint64 // of the round that carries what is owed, if any
 	var charged int64
 	at := home.layout()
 	for j := range at.shards {
@@ -80,8 +81,8 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 		}
 	}
 	src := hybridlimit.SourceLocal
-	// Have Redis take the debt now; should the round fail, or ctx end
-	// first, the debt waits for the next round that reaches Redis. The
+	// Have Redis take what is owed now; should the round fail, or ctx end
+	// first, it waits for the next round that reaches Redis. The
 	// charge is recorded either way, so no error follows it: a caller
 	// that retried would charge twice.
 	if serial > 0 {
@@ -114,33 +115,33 @@ func (l *Limiter) chargePart(key string, limit hybridlimit.Limit, shards, j int,
 }
 
 // charge spends cost on e at t as the mode does (account.Mode.Charge),
-// what it owes a debt of e's (account.Debt) taken as of t. It returns
-// what e owes after it, and false if e was evicted before it could be
-// charged.
+// what the allowance does not pay owed by e (account.Owing) as of t. It
+// returns what e owes after it, and false if e was evicted before it could
+// be charged.
 func (l *Limiter) charge(e *entry, cost, t int64) (owed int64, ok bool, err error) {
 	l.lockGather(e)
 	defer l.scatterUnlock(e)
 	if e.dead.Load() {
 		return 0, false, nil
 	}
-	if err := checkDebt(partLimit(e), l.debts.owed(e)+cost); err != nil {
+	if err := checkOwed(partLimit(e), l.owing.owed(e)+cost); err != nil {
 		return 0, false, fmt.Errorf("sync: %w: key %q: %w", hybridlimit.ErrInvalidCost, e.owner, err)
 	}
-	l.debts.add(e, l.mode.Charge(&e.ledger, &e.avail, cost), t)
+	l.owing.add(e, l.mode.Charge(&e.ledger, &e.avail, cost), t)
 	l.stats.charged.Add(uint64(cost))
-	return l.debts.owed(e), true, nil
+	return l.owing.owed(e), true, nil
 }
 
-// checkDebt refuses a debt of owed tokens on a part of limit that Redis
-// could not hold exactly: scripts.MaxCharge tokens or more, or
+// checkOwed refuses owed tokens on a part of limit that Redis could not
+// take exactly: scripts.MaxCharge tokens or more, or
 // maxChargeUS microseconds of refill or more.
-func checkDebt(limit hybridlimit.Limit, owed int64) error {
+func checkOwed(limit hybridlimit.Limit, owed int64) error {
 	if owed > scripts.MaxCharge {
-		return fmt.Errorf("a debt of %d is more than %d", owed, int64(scripts.MaxCharge))
+		return fmt.Errorf("%d owed is more than %d", owed, int64(scripts.MaxCharge))
 	}
 	hi, lo := bits.Mul64(uint64(owed), uint64(limit.Period.Microseconds()))
 	if hi > 0 || lo/uint64(limit.Rate) >= maxChargeUS {
-		return fmt.Errorf("a debt of %d takes 2^50us or more of refill under %s", owed, limit)
+		return fmt.Errorf("%d owed takes 2^50us or more of refill under %s", owed, limit)
 	}
 	return nil
 }

@@ -235,7 +235,7 @@ func (l *Limiter) entry(key string, limit hybridlimit.Limit, shards int) (*entry
 // layout at. A home entry in a layout a reshard made stays as it is
 // whatever the configuration says: the key's layout is what Redis says.
 func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
-	var owed, since int64 // the debt of an entry dropped for another shard count
+	var owed, since int64 // what an entry dropped for another shard count owed
 	for {
 		if e := t.get(name); e != nil {
 			if e.dead.Load() {
@@ -275,7 +275,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 			l.lockGather(e)
 			if !e.dead.Load() {
 				e.ledger.Issued += owed
-				l.debts.add(e, owed, since)
+				l.owing.add(e, owed, since)
 				owed = 0
 			}
 			l.scatterUnlock(e)

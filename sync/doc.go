@@ -25,7 +25,7 @@ package sync
 //	internal/account  a key's account on this instance as plain data and pure
 //	              functions: its ledger (what a message says, what a reply
 //	              does), the two modes, the lease policy, the failure
-//	              policy's debt and share (no atomics, locks, clock or Redis)
+//	              policy's share, what a key owes (no atomics, locks, clock or Redis)
 //	transport.go  one call per node, pipelines, NOSCRIPT, WAIT, decoding
 //	fetch.go      the flag a decision out of allowance raises, the rounds it
 //	              waits for, the linger
@@ -35,7 +35,7 @@ package sync
 //	drive.go      Driver, Loop, Round: how a virtual clock runs the loop itself;
 //	              the limiter's side of it (driven)
 //	nodes.go      one breaker per Redis master, probes, Ping
-//	debt.go       the entries' debts (account.Debt), the share a decision spends
+//	owing.go      what the entries owe Redis (account.Owing), the share a decision spends
 //	reshard.go    automatic sharding: moving a key between layouts, and the moves
 //	              a round's replies call for
 //	heat.go       the sketch that finds hot keys
@@ -61,11 +61,15 @@ package sync
 //	total       the ledger's running sum, which messages state absolutely
 //	base        the total as the instance last heard it (account.Ledger.Acked)
 //	epoch       the first sequence number of an entry: a new epoch, a new total
-//	owed, debt  cost the failure policy admitted, or Charge charged beyond the
-//	            allowance, that Redis has not yet taken
+//	owed        cost the failure policy admitted, or Charge charged beyond the
+//	            allowance, that Redis has not yet taken (account.Owing)
 //	charge      spend a cost whatever the key holds (Charge); what is lacking is owed
-//	overdrawn   a global bucket below zero, which Optimistic's debits may
-//	            leave; later denials pay it back (not a debt)
+//	debt        a global bucket below zero by what Redis took whatever it held
+//	            (owed tokens, charges): refill repays it before the key admits
+//	            again (entry.inDebt and Stats.Debt count overdrawn too)
+//	overdrawn   a global bucket below zero by Optimistic's debits of
+//	            admissions; later denials pay it back, and it is cut a burst
+//	            past the debt
 //	share       the instance's part of a limit while its failure policy decides
 //	round       one batch of messages: prepared, sent, applied; one runs at a
 //	            time (singleRound)

@@ -54,7 +54,7 @@ type entry struct {
 	ledger   account.Ledger // the accounting of avail and of the messages to Redis
 	group    int32          // the slot group of the entry's keys in Redis; set at creation
 	flagged  bool           // on the limiter's list of entries wanting an early sync
-	owes     bool           // has a debt (see debt), in the limiter's debts
+	owes     bool           // owes Redis tokens, in the limiter's owing
 	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock
 	due      int64          // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 	epoch    int64          // first sequence number of this entry's messages

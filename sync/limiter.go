@@ -86,7 +86,7 @@ type Limiter struct {
 	// down. Taken before any entry's mutex.
 	retiring stdsync.RWMutex
 	nodes    nodes // the masters serving the slot groups, each with its breaker
-	debts    debts // of the entries the failure policy admitted for
+	owing    owing // what entries owe Redis: the failure policy's admissions, charges
 	// probeKeys holds a key of each slot group that probes of its node write.
 	probeKeys    []string
 	presenceDown atomic.Bool // the last presence call failed

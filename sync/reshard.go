@@ -447,7 +447,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	next.ledger.Give(&next.avail, share)
 	next.ledger.Acked = share // the base the new ledger starts from
 	next.ledger.Issued += owed
-	l.debts.add(next, owed, since)
+	l.owing.add(next, owed, since)
 	next.ledger.Use.Rate, next.ledger.Use.UsedAt = use.Rate, use.UsedAt
 	l.scatterUnlock(next)
 	l.sched.at(next, l.nanos(now))
@@ -503,7 +503,7 @@ func (l *Limiter) retireAll(old []*entry, home *entry, t int64) (carried, owed, 
 			continue // evicted meanwhile by the sweep, which removes and counts it
 		}
 		carried += took
-		o, s := l.debts.remove(e)
+		o, s := l.owing.remove(e)
 		if o > 0 {
 			owed += o
 			since = min(since, s)
@@ -561,7 +561,7 @@ func (l *Limiter) carrier(key string, limit hybridlimit.Limit, now time.Time, j 
 }
 
 // drop removes e from t and retires it, counting what it admitted but
-// what it owes, and returns that debt, for the entry that replaces e to
+// what it owes, and returns that, for the entry that replaces e to
 // report.
 func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	l.retiring.Lock()
@@ -570,7 +570,7 @@ func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 	_, killed := e.retire()
 	issued := e.ledger.Issued
 	if killed {
-		owed, since = l.debts.remove(e)
+		owed, since = l.owing.remove(e)
 	}
 	l.scatterUnlock(e)
 	if !killed {

@@ -168,7 +168,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 		T: t, Holding: l.view(e, limit, now),
 		Synced: e.synced.Load(), Flagged: e.flagged, Closed: l.closed.Load(),
 	}
-	if d := l.debts.get(e); d != nil && d.Owed > 0 {
+	if d := l.owing.get(e); d != nil && d.Owed > 0 {
 		k.Owed, k.Since = d.Owed, d.Since
 	}
 	wire, send := e.ledger.Compose(l.mode, &e.avail, k, limit, final)
@@ -273,8 +273,8 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	e.synced.Store(true)
 	// Taken, or reported; a closed part took nothing, and the move
 	// carries it.
-	l.debts.answered(e, m, !m.reply.Moved(), e.ledger.SentAt)
-	k := account.Look{T: t, Owed: l.debts.owed(e), Closed: l.closed.Load()}
+	l.owing.answered(e, m, !m.reply.Moved(), e.ledger.SentAt)
+	k := account.Look{T: t, Owed: l.owing.owed(e), Closed: l.closed.Load()}
 	left := e.ledger.Apply(l.mode, &e.avail, k, m.wire, m.reply)
 	e.partLeft.Store(left)
 	if e.shards > 1 {

@@ -119,8 +119,9 @@ type Stats struct {
 	Outstanding                          int64
 	// Debt is how far the buckets of the keys tracked here are short of
 	// empty, in tokens, by Redis's last word on each and the refill since:
-	// charges it has taken beyond what they held, to be repaid by refill
-	// before they admit again. Instances sharing a key each count its debt.
+	// charges it has taken beyond what they held (and, in Optimistic mode,
+	// admissions overdrawn), to be repaid by refill before they admit
+	// again. Instances sharing a key each count its debt.
 	Debt int64
 
 	SinceSync time.Duration // since Redis last answered a round (0 before the first); grows on an instance with nothing to sync
@@ -212,7 +213,7 @@ func (l *Limiter) Stats() Stats {
 		FailClosed:      c.failClosed.Load(),
 		FallbackAllowed: c.fallbackAllowed.Load(),
 		FallbackDenied:  c.fallbackDenied.Load(),
-		Owed:            l.debts.total(),
+		Owed:            l.owing.total(),
 		BreakerOpen:     anyOpen,
 		BreakerOpens:    l.nodes.opens.Load(),
 		BreakerCloses:   l.nodes.closes.Load(),

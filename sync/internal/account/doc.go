@@ -16,8 +16,9 @@
 //	           grants and owes of a charge; Optimistic's allowance, its lapse
 //	           and renewal; how long a key denies after Redis said its
 //	           bucket is empty
-//	debt.go    what the failure policy admitted and a key owes Redis
-//	           (Debt), and the share bucket it admits from (SeedShare)
+//	owing.go   what the failure policy admitted or a charge added that a key
+//	           owes Redis (Owing), and the share bucket it admits from
+//	           (SeedShare)
 //
 // Times are nanoseconds of the limiter's clock, counted from the
 // limiter's start, unless a type says otherwise.

@@ -19,7 +19,7 @@ import (
 // what the counter holds, with no count on the request path but the
 // counter's.
 type Ledger struct {
-	Issued   int64 // allowance handed to the counter in all, and what is owed: the failure policy's admissions, charges (see Debt)
+	Issued   int64 // allowance handed to the counter in all, and what is owed: the failure policy's admissions, charges (see Owing)
 	Acked    int64 // the ledger's total in Redis, as last heard
 	SentAt   int64 // when the message in flight was prepared, ns of the limiter's clock, as are the times below
 	GrantAt  int64 // Optimistic: when the message that brought the allowance was prepared
@@ -129,13 +129,13 @@ type Mode interface {
 	// Redis for more, rather than wait for the next round.
 	Fetches(synced bool) bool
 	// Charge spends cost whatever the key holds and returns what of it
-	// the key owes Redis: a debt (see Debt), counted in Issued, that the
+	// the key owes Redis (see Owing), counted in Issued, that the
 	// next message has Redis take from the bucket whatever it holds.
 	Charge(l *Ledger, c Counter, cost int64) (owed int64)
 }
 
 // Compose computes the key's next message under limit, its part's: what
-// is common to both modes (the limit, the total last heard, the debt),
+// is common to both modes (the limit, the total last heard, what is owed),
 // then the mode's part; it reports whether there is anything to say. The
 // caller has measured the key's demand into Use.
 func (l *Ledger) Compose(mode Mode, c Counter, k Look, limit hybridlimit.Limit, final bool) (scripts.SyncMsg, bool) {
@@ -165,7 +165,7 @@ func (l *Ledger) Answered(ok bool) {
 
 // Apply folds reply r to message m into the ledger and returns the
 // tokens of the bucket the key may count on. The caller has taken what r
-// acknowledges of the debt out of k.Owed.
+// acknowledges of what is owed out of k.Owed.
 func (l *Ledger) Apply(mode Mode, c Counter, k Look, m scripts.SyncMsg, r scripts.SyncReply) (left int64) {
 	l.Acked = r.Total
 	return mode.Apply(l, c, k, m, r)

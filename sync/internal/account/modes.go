@@ -28,7 +28,7 @@ func (p Policy) ReserveAsk(h Holding, waiting int64, final bool) (excess, more i
 }
 
 // ReserveSays reports whether a Reserve message stating value, the total
-// granted, has anything to tell Redis: a new total, a debt, a repeat of a
+// granted, has anything to tell Redis: a new total, owed tokens, a repeat of a
 // message that got no reply, or a first ask that decisions wait for.
 func ReserveSays(value, acked, owed int64, unacked, synced bool, waiting int64) bool {
 	return value != acked || owed > 0 || unacked || !synced && waiting > 0
@@ -263,8 +263,8 @@ func (Optimistic) Fetches(synced bool) bool { return !synced }
 // Charge: all of it is owed. Paid from the allowance, it would be
 // consumption the bucket debits no deeper than admissions go, and
 // allowances other instances hold at once overdraw the bucket past that
-// and have the rest forgiven; what is owed is a debt Redis never
-// forgives (sync.lua).
+// and have the rest forgiven; what is owed Redis takes whole, into debt
+// if need be, and never forgives (sync.lua).
 func (Optimistic) Charge(l *Ledger, _ Counter, cost int64) int64 {
 	l.Issued += cost
 	return cost

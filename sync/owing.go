@@ -8,17 +8,17 @@ import (
 	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
-// debts holds the debts (account.Debt) of the entries that have one
-// (e.owes): what each owes Redis of what the failure policy admitted.
-// Entries that owe nothing have none, so the state costs nothing while
-// Redis answers.
-type debts struct {
+// owing holds what the entries that owe Redis anything (e.owes) owe it
+// (account.Owing): what the failure policy admitted and charges beyond the
+// allowance. Entries that owe nothing have no record, so the state costs
+// nothing while Redis answers.
+type owing struct {
 	mu stdsync.Mutex
-	of map[*entry]*account.Debt
+	of map[*entry]*account.Owing
 }
 
-// get returns e's debt, or nil. The caller holds e.mu.
-func (ds *debts) get(e *entry) *account.Debt {
+// get returns what e owes, or nil. The caller holds e.mu.
+func (ds *owing) get(e *entry) *account.Owing {
 	if !e.owes {
 		return nil
 	}
@@ -27,25 +27,25 @@ func (ds *debts) get(e *entry) *account.Debt {
 	return ds.of[e]
 }
 
-// open returns e's debt, making it. The caller holds e.mu.
-func (ds *debts) open(e *entry) *account.Debt {
+// open returns what e owes, making the record. The caller holds e.mu.
+func (ds *owing) open(e *entry) *account.Owing {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	d := ds.of[e]
 	if d == nil {
 		if ds.of == nil {
-			ds.of = make(map[*entry]*account.Debt)
+			ds.of = make(map[*entry]*account.Owing)
 		}
-		d = &account.Debt{}
+		d = &account.Owing{}
 		ds.of[e] = d
 		e.owes = true
 	}
 	return d
 }
 
-// remove removes e's debt and returns what it owed and since when. The
+// remove removes e's record and returns what it owed and since when. The
 // caller holds e.mu.
-func (ds *debts) remove(e *entry) (owed, since int64) {
+func (ds *owing) remove(e *entry) (owed, since int64) {
 	if !e.owes {
 		return 0, 0
 	}
@@ -59,7 +59,7 @@ func (ds *debts) remove(e *entry) (owed, since int64) {
 
 // add makes e owe owed more, admitted since since (counted in e.ledger.Issued
 // by the caller). The caller holds e.mu.
-func (ds *debts) add(e *entry, owed, since int64) {
+func (ds *owing) add(e *entry, owed, since int64) {
 	if owed == 0 {
 		return
 	}
@@ -70,7 +70,7 @@ func (ds *debts) add(e *entry, owed, since int64) {
 // the share bucket is done with (a later outage starts from this reply),
 // and if Redis applied the message (applied), what it carried is taken.
 // The caller holds e.mu.
-func (ds *debts) answered(e *entry, m *message, applied bool, sentAt int64) {
+func (ds *owing) answered(e *entry, m *message, applied bool, sentAt int64) {
 	if !e.owes {
 		return
 	}
@@ -85,7 +85,7 @@ func (ds *debts) answered(e *entry, m *message, applied bool, sentAt int64) {
 }
 
 // owed returns what e owes. The caller holds e.mu.
-func (ds *debts) owed(e *entry) int64 {
+func (ds *owing) owed(e *entry) int64 {
 	if d := ds.get(e); d != nil {
 		return d.Owed
 	}
@@ -93,7 +93,7 @@ func (ds *debts) owed(e *entry) int64 {
 }
 
 // total returns what all entries owe.
-func (ds *debts) total() int64 {
+func (ds *owing) total() int64 {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	var sum int64
@@ -113,7 +113,7 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 	l.lockGather(e)
 	defer l.scatterUnlock(e)
 	t := l.nanos(now)
-	d := l.debts.open(e)
+	d := l.owing.open(e)
 	if d.Share == nil || d.Share.Limit() != share {
 		c, err := account.SeedShare(d.Share, share, t, l.heard(e))
 		if err != nil {
@@ -124,7 +124,7 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 	r, err := d.Share.Take(t, cost)
 	if err == nil && r.Allowed {
 		e.ledger.Issued += cost
-		l.debts.add(e, cost, t)
+		l.owing.add(e, cost, t)
 	}
 	return r, err
 }

@@ -8,13 +8,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// TestDebtSteps steps one key's debt over an outage and its end on a
+// TestOwingSteps steps what one key owes over an outage and its end on a
 // millisecond grid: what the failure policy admits is owed from its first
 // admission; a reply that applies a message takes what it carried, and
 // what was admitted after the message stays owed from the message's time.
-func TestDebtSteps(t *testing.T) {
+func TestOwingSteps(t *testing.T) {
 	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
-	var d Debt
+	var d Owing
 	d.Share = &local.Core{}
 	for i, step := range []struct {
 		at      int64 // ms
@@ -53,7 +53,7 @@ func TestDebtSteps(t *testing.T) {
 
 // TestSeedShare checks where a share bucket starts: full for a key never
 // heard of, its part of what the bucket held at the last reply, empty
-// until its part of a debt refills, and what an old share holds.
+// until its part of the bucket's debt refills, and what an old share holds.
 func TestSeedShare(t *testing.T) {
 	sec := int64(time.Second)
 	limit := hybridlimit.Limit{Rate: 100, Period: time.Second, Burst: 100}

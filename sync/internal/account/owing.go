@@ -7,18 +7,18 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Debt is what one key owes Redis while and after the failure policy
-// decides for it: the cost the policy admitted (counted in what the key
-// was issued) that Redis has not acknowledged taking from the bucket
-// (Reserve) or being told of (Optimistic), when the first of it was, and
-// the instance's share bucket that admitted it.
-type Debt struct {
+// Owing is what one key owes Redis: the cost the failure policy admitted,
+// or a charge beyond the allowance (counted in what the key was issued),
+// that Redis has not acknowledged taking from the bucket (Reserve) or
+// being told of (Optimistic), when the first of it was, and the
+// instance's share bucket that admitted it while the policy decides.
+type Owing struct {
 	Owed, Since int64       // cost; ns of the limiter's clock
 	Share       *local.Core // on the limiter's ns axis; nil once Redis has answered again
 }
 
 // Add makes d owe owed more, admitted at since.
-func (d *Debt) Add(owed, since int64) {
+func (d *Owing) Add(owed, since int64) {
 	if owed == 0 {
 		return
 	}
@@ -29,11 +29,11 @@ func (d *Debt) Add(owed, since int64) {
 }
 
 // Answered records that Redis answered a message that carried carried of
-// the debt, prepared at sentAt: the share bucket is done with (a later
+// what is owed, prepared at sentAt: the share bucket is done with (a later
 // outage starts from this reply), and if Redis applied the message
 // (applied), what it carried is taken and what is left was admitted after
 // the message.
-func (d *Debt) Answered(carried int64, applied bool, sentAt int64) {
+func (d *Owing) Answered(carried int64, applied bool, sentAt int64) {
 	d.Share = nil
 	if applied {
 		d.Owed -= carried
