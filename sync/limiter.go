@@ -302,13 +302,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 	}
 	// Home first, then the other parts of a split key, each given back at
 	// most what it admitted.
-	at := home.layout()
-	for j := 0; j < at.shards && cost > 0; j++ {
-		e := home
-		if j != int(home.shard) {
-			if e = l.parts.get(partName(key, j, at)); e == nil {
-				continue
-			}
+	for _, e := range l.layoutEntries(home) {
+		if cost == 0 {
+			break
 		}
 		l.lockGather(e)
 		if n := min(cost, e.consumed()); n > 0 && !e.dead.Load() {

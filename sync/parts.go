@@ -117,6 +117,21 @@ func (l *Limiter) part(key string, limit hybridlimit.Limit, j int, at layout) (*
 	return l.lookup(l.parts, partName(key, j, at), key, limit, j, at)
 }
 
+// layoutEntries returns the entries this instance has of home's key in
+// home's layout, home first: the parts it has spent from or asked.
+func (l *Limiter) layoutEntries(home *entry) []*entry {
+	from := home.layout()
+	old := []*entry{home}
+	for j := range from.shards {
+		if j != int(home.shard) {
+			if e := l.parts.get(partName(home.owner, j, from)); e != nil {
+				old = append(old, e)
+			}
+		}
+	}
+	return old
+}
+
 // fallOverEvery is how many sync intervals apart a split key's home turns
 // to another part at most (fallOver).
 const fallOverEvery = 2

@@ -454,21 +454,6 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 	l.stats.moves.Add(1)
 }
 
-// layoutEntries returns the entries of home's key in home's layout,
-// home first.
-func (l *Limiter) layoutEntries(home *entry) []*entry {
-	from := home.layout()
-	old := []*entry{home}
-	for j := range from.shards {
-		if j != int(home.shard) {
-			if e := l.parts.get(partName(home.owner, j, from)); e != nil {
-				old = append(old, e)
-			}
-		}
-	}
-	return old
-}
-
 // movable reports whether the entries old of key may move to layout to
 // now. A message in flight makes the move wait for its round (pending);
 // on a move back, a grant whose reply was lost stays in the old ledger
