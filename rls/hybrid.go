@@ -37,7 +37,7 @@ type decider interface {
 type hybridBackend struct {
 	main, perSecond decider
 	policy          hybridlimit.FailurePolicy
-	charge          bool // hits a descriptor cannot admit are charged anyway (Settings.CountEveryHit)
+	charge          bool // hits over a descriptor's limit are charged anyway (unless Settings.StopIncrementWhenOver)
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
@@ -133,14 +133,18 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		if h.charge {
 			return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
 		}
-		return ruleset.Spend{}, h.drained(ctx, d, it, lim, r.Period, rpu, near)
+		h.deny(it, r.Period, rpu, near)
+		return ruleset.Spend{}, nil
 	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
 		if err != nil {
 			return ruleset.Spend{}, fmt.Errorf("rls: %w", err)
 		}
-		if it.hits == 0 || uint64(p.Remaining) >= it.hits {
+		// A check (no hits) is over the limit only past it: the bucket in
+		// debt, as the reference's counter past the limit, which hits
+		// counted over it (a response cost) leave.
+		if it.hits == 0 && p.ResetAfter <= lim.Refill() || it.hits > 0 && uint64(p.Remaining) >= it.hits {
 			it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
 			used := rpu - min(rpu, uint64(p.Remaining))
 			it.stats.count(false, false, used, used, it.hits, rpu, near)
@@ -161,14 +165,12 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 			return ruleset.Spend{}, fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
-	switch {
-	case !res.Allowed && res.Source == hybridlimit.SourceFallback:
+	if !res.Allowed && h.charge && res.Source != hybridlimit.SourceFallback {
+		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
+	}
+	if !res.Allowed {
 		h.deny(it, res.RetryAfter, rpu, near)
 		return ruleset.Spend{}, nil
-	case !res.Allowed && h.charge:
-		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
-	case !res.Allowed:
-		return ruleset.Spend{}, h.drained(ctx, d, it, lim, res.RetryAfter, rpu, near)
 	}
 	it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(res.Remaining), res.ResetAfter)
 	after := rpu - min(rpu, uint64(res.Remaining))
@@ -176,41 +178,18 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 	return ruleset.Spend{Limiter: d, Key: h.key(it), Limit: lim, Cost: int64(it.hits)}, nil
 }
 
-// charged charges the hits of a descriptor its limit cannot admit, as the
-// reference counts every hit (Settings.CountEveryHit): the bucket goes
-// into debt, and the descriptor is over its limit until refill repays it.
-// What was charged is usage, never given back.
+// charged charges the hits of a descriptor over its limit, as the
+// reference counts them (unless Settings.StopIncrementWhenOver): the
+// bucket goes into debt, and the descriptor is over its limit until
+// refill repays it. Hits Envoy sends when a stream ends (a response cost,
+// the tokens of a reply) are usage that happened, and cannot be told from
+// a request's own. What was charged is never given back.
 func (h *hybridBackend) charged(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, rpu, near uint64) error {
 	res, err := d.Charge(ctx, h.key(it), lim, int64(it.hits))
 	if err != nil {
 		return fmt.Errorf("rls: charge: %w", err)
 	}
 	h.deny(it, max(res.RetryAfter, time.Second), rpu, near)
-	return nil
-}
-
-// drained answers a descriptor whose hits its limit cannot admit, in the
-// default mode: what the key has left by the replica's view (Peek: the
-// allowance it holds and Redis's last word) is spent (Charge), so that usage larger than what is left (hits Envoy sends when a stream
-// ends, the tokens of a reply) still exhausts the quota and the next
-// request is over the limit, as the reference, which counts every hit,
-// would answer it. The rest of the hits is not counted: a client retrying
-// while over its limit spends nothing more, where counting it all
-// (Settings.CountEveryHit) keeps its bucket in debt. retry is the denial's
-// wait before the drain, which it only lengthens.
-func (h *hybridBackend) drained(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, retry time.Duration, rpu, near uint64) error {
-	p, err := d.Peek(ctx, h.key(it), lim)
-	if err != nil {
-		return fmt.Errorf("rls: %w", err)
-	}
-	if p.Remaining > 0 {
-		res, err := d.Charge(ctx, h.key(it), lim, p.Remaining)
-		if err != nil {
-			return fmt.Errorf("rls: charge: %w", err)
-		}
-		retry = max(retry, res.RetryAfter)
-	}
-	h.deny(it, retry, rpu, near)
 	return nil
 }
 

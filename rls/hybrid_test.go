@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -65,7 +64,7 @@ func newTestService(t *testing.T, yaml string, d decider, policy hybridlimit.Fai
 		t.Fatal(err)
 	}
 	svc := &Service{rules: newStatSet(100), log: slog.New(slog.DiscardHandler), opt: serviceOptions{nearRatio: 0.5}}
-	svc.backend = &hybridBackend{main: d, policy: policy, nearRatio: 0.5, fallbacks: &svc.c.failurePolicy}
+	svc.backend = &hybridBackend{main: d, policy: policy, nearRatio: 0.5, fallbacks: &svc.c.failurePolicy, charge: true}
 	svc.SetConfig(cfg)
 	return svc
 }
@@ -108,13 +107,13 @@ func TestRefundAcrossDescriptors(t *testing.T) {
 }
 
 // TestBadHits: a hits_addend past 2^53 is refused; one past the limit is
-// over it, and spends what the key had left (hybridBackend.drained).
+// over it, and charged, as the reference counts hits over the limit.
 func TestBadHits(t *testing.T) {
 	svc, fake := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", map[string]int64{})
 	req := request2("d", [][2]string{{"a", "x"}})
 	req.HitsAddend = 11
-	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 10 {
-		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d; want over the limit, the 10 left spent", r, err, fake.spentAll)
+	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 11 {
+		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d; want over the limit, the 11 charged", r, err, fake.spentAll)
 	}
 	req = request2("d", [][2]string{{"a", "x"}})
 	req.Descriptors[0].HitsAddend = wrapUint64(1 << 60)
@@ -286,51 +285,61 @@ func TestRefundsReachRedis(t *testing.T) {
 	})
 }
 
-// countEveryHit makes r count every hit (Settings.CountEveryHit).
+// countEveryHit makes r count every hit of every descriptor
+// (Settings.CountEveryHit).
 func (r *replica) countEveryHit() *replica {
 	r.svc.opt.countAll = true
-	r.svc.backend.(*hybridBackend).charge = true
+	return r
+}
+
+// stopWhenOver makes r count no hit over a limit
+// (Settings.StopIncrementWhenOver).
+func (r *replica) stopWhenOver() *replica {
+	r.svc.backend.(*hybridBackend).charge = false
 	return r
 }
 
 // TestCountEveryHit: two replicas on a real Redis, 10 an hour. A request
 // of 4 hits is admitted; then 9 hits (the tokens of a reply, sent when the
-// stream ended), more than the 6 left. Counting every hit, they are
-// charged anyway: a hit on the other replica is over the limit until the
-// 3 of debt and a token have refilled. Without it the 6 left are spent
-// and no more: the hit is over the limit until one token has refilled.
-// Counting every hit, a request's other descriptor spends though the
-// first is over its limit.
+// stream ended), more than the 6 left. By default they are charged
+// anyway, as the reference counts hits over the limit: a hit on the other
+// replica is over the limit, and charged too, until the 4 of debt and a
+// token have refilled, 30 minutes. With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+// nothing over the limit counts, and the next token is at most 6 minutes
+// away. Counting every hit of every descriptor, a request's other
+// descriptor spends though the first is over its limit; by default it
+// spends nothing.
 func TestCountEveryHit(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
-	for _, count := range []bool{false, true} {
-		prefix := redistest.Prefix(t) + fmt.Sprint(count) + ":"
+	for _, mode := range []string{"default", "stop_increment", "count_every_hit"} {
+		prefix := redistest.Prefix(t) + mode + ":"
 		a, b := newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal)
-		if count {
+		switch mode {
+		case "stop_increment":
+			a.stopWhenOver()
+			b.stopWhenOver()
+		case "count_every_hit":
 			a.countEveryHit()
 			b.countEveryHit()
 		}
 		if r := a.call(t, hits("a", 4, false)); r.OverallCode != rlspb.RateLimitResponse_OK {
-			t.Fatalf("count %v: 4 hits of 10: %v", count, r)
+			t.Fatalf("%s: 4 hits of 10: %v", mode, r)
 		}
 		if r := a.call(t, hits("a", 9, false)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("count %v: 9 hits with 6 left: %v, want OVER_LIMIT", count, r)
+			t.Fatalf("%s: 9 hits with 6 left: %v, want OVER_LIMIT", mode, r)
 		}
-		// The other replica asks Redis for a hit (a check, hits 0, reads
-		// only what a replica knows, and this one knows nothing yet).
-		// Counting every hit, the bucket is 3 in debt: a hit waits for 4
-		// tokens, 24 minutes. Without, the 6 left were spent: the next
-		// token is 6 minutes away.
+		// The other replica asks Redis for a hit (10 an hour is a low
+		// limit, asked of Redis per request).
 		r := b.call(t, hits("a", 1, false))
 		wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
 		switch {
 		case r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT:
-			t.Errorf("count %v: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", count, r)
-		case count && wait < 23*time.Minute:
-			t.Errorf("counting every hit, a hit after 13 of 10: %v, want OVER_LIMIT for 24 minutes", r)
-		case !count && wait > 6*time.Minute:
-			t.Errorf("a hit after 4 of 10 and 9 with 6 left: %v, want no wait past 6 minutes", r)
+			t.Errorf("%s: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", mode, r)
+		case mode != "stop_increment" && wait < 29*time.Minute:
+			t.Errorf("%s: a hit after 4 and 9 of 10 counted: %v, want OVER_LIMIT for 30 minutes", mode, r)
+		case mode == "stop_increment" && wait > 6*time.Minute:
+			t.Errorf("%s: a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", mode, r)
 		}
 		// Both descriptors, a over its limit: b spends only when every
 		// hit counts. (10 and 100 an hour are low limits, asked of Redis
@@ -339,11 +348,11 @@ func TestCountEveryHit(t *testing.T) {
 		req.HitsAddend = 20
 		a.call(t, req)
 		want := uint32(99)
-		if count {
+		if mode == "count_every_hit" {
 			want = 79
 		}
 		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != want {
-			t.Errorf("count %v: b holds %d after a request a denied and one hit, want %d", count, r.Statuses[0].LimitRemaining, want)
+			t.Errorf("%s: b holds %d after a request a denied and one hit, want %d", mode, r.Statuses[0].LimitRemaining, want)
 		}
 	}
 }

@@ -77,9 +77,12 @@ type Settings struct {
 	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
 	RedisHealth bool
 
-	CacheKeyPrefix        string
-	NearLimitRatio        float32
-	ExpirationJitter      time.Duration
+	CacheKeyPrefix   string
+	NearLimitRatio   float32
+	ExpirationJitter time.Duration
+	// StopIncrementWhenOver counts no hit over a limit: in fixed-window
+	// mode the window's count stops at the limit, in hybrid mode a
+	// descriptor over its limit is charged nothing.
 	StopIncrementWhenOver bool
 
 	GlobalShadow, GlobalQuota bool
@@ -126,12 +129,11 @@ type Settings struct {
 	// failure_mode_deny to decide (in hybrid mode: the denials of the
 	// limiter's FailClosed).
 	Policy hybridlimit.FailurePolicy
-	// CountEveryHit counts every hit as the reference does, in hybrid
-	// mode too: hits a descriptor cannot admit are charged whole, its
-	// bucket going into debt, and every descriptor of a request spends,
-	// none given back. Without it such hits spend only what the key has
-	// left, which stops the key as well (the tokens of a reply Envoy sends
-	// when a stream ends) without keeping a retrying client in debt.
+	// CountEveryHit counts every hit of every descriptor as the reference
+	// does, in hybrid mode too: every descriptor of a request spends,
+	// none given back, where by default the descriptors of a request one
+	// denies spend nothing. (Hits over a descriptor's limit count by
+	// default in either mode, unless StopIncrementWhenOver.)
 	CountEveryHit bool
 	InstanceID    string
 	ConfigPoll    time.Duration
@@ -334,6 +336,9 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 	}
 	if s.Mode == ModeFixedWindow && s.CountEveryHit {
 		e.fail(Prefix+"COUNT_EVERY_HIT", "is for the hybrid mode; fixed_window counts every hit already")
+	}
+	if s.CountEveryHit && s.StopIncrementWhenOver {
+		e.fail(Prefix+"COUNT_EVERY_HIT", "counts the hits over a limit, which STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT stops counting: set one")
 	}
 	if s.MaxWait <= 0 || s.MaxWait > time.Minute {
 		e.fail(Prefix+"MAX_WAIT", fmt.Sprintf("%v is outside (0, 1m]", s.MaxWait))

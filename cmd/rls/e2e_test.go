@@ -109,7 +109,8 @@ func awayFromEdge(t *testing.T, mode string, unit, need int64) {
 
 // TestTwentyPerMinute is the reference's own acceptance sequence: a rule
 // of 20 a minute answers limit_remaining 19, 18, ... 0, then OVER_LIMIT on
-// the 21st call, in both modes; every key written has a TTL.
+// the 21st call, in both modes, which count the calls over the limit; every
+// key written has a TTL.
 func TestTwentyPerMinute(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, mode := range modes {
@@ -144,8 +145,11 @@ func TestTwentyPerMinute(t *testing.T) {
 					if i <= 20 && (reset > full || reset < full-time.Since(start)-time.Second) {
 						t.Fatalf("call %d: duration_until_reset %v, want about %v", i, reset, full)
 					}
-					if i > 20 && (reset < time.Second || reset > 3*time.Second) {
-						t.Fatalf("call %d: duration_until_reset %v, want the next token's 1-3s", i, reset)
+					// A call over the limit is counted, as the reference
+					// counts it: the bucket goes a token into debt each
+					// time, and the next token is one more token away.
+					if next := time.Duration(i-19) * 3 * time.Second; i > 20 && (reset > next || reset < next-time.Since(start)-time.Second) {
+						t.Fatalf("call %d: duration_until_reset %v, want about %v", i, reset, next)
 					}
 				}
 			}
@@ -292,14 +296,16 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 	}
 }
 
-// TestStreamEndHits is the acceptance case of hits Envoy sends when a
+// TestStreamEndHits is the acceptance case of usage Envoy sends when a
 // stream ends (apply_on_stream_done: Envoy Gateway's cost.response, the
-// tokens of an LLM's reply): 4 hits, then 9 with 6 left, then 1, on a
-// rule of 10 an hour; the last is OVER_LIMIT in every mode. The hybrid's
-// default spends the 6 left of the 9, so the wait is one token's, 6
-// minutes; counting every hit (HYBRIDLIMIT_COUNT_EVERY_HIT=true) charges
-// all 9, 3 into debt, and the last hit as well, so it is 5 tokens', 30
-// minutes; fixed_window mode counts them in the hour's window.
+// tokens of an LLM's reply), on a rule of 10 an hour, as Envoy Gateway
+// sends it: a check (no hits: cost.request of number 0), 4 hits, a check,
+// then 9 hits with 6 left, a check, and 1 hit. The 9 are OVER_LIMIT and
+// counted, so the last check and the last hit are OVER_LIMIT too: by
+// default (the 9 charged into debt by 3, the last hit by 1 more: 5 tokens,
+// 30 minutes), counting every hit, and in fixed-window mode; with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT nothing over the limit counts,
+// and both go through.
 func TestStreamEndHits(t *testing.T) {
 	t.Parallel()
 	const rules = `domain: usage
@@ -310,31 +316,51 @@ descriptors:
       requests_per_unit: 10
 `
 	for _, c := range []struct {
-		name, mode, every string
-		wait              [2]time.Duration // the last hit's duration_until_reset, from and to
+		name, mode, setting string
+		counted             bool
+		wait                [2]time.Duration // the last hit's duration_until_reset, from and to
 	}{
-		{"hybrid", "hybrid", "false", [2]time.Duration{5 * time.Minute, 6 * time.Minute}},
-		{"hybrid/count_every_hit", "hybrid", "true", [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
-		{"fixed_window", "fixed_window", "", [2]time.Duration{0, time.Hour}},
+		{"hybrid", "hybrid", "", true, [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
+		{"hybrid/count_every_hit", "hybrid", "HYBRIDLIMIT_COUNT_EVERY_HIT", true, [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
+		{"hybrid/stop_increment", "hybrid", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false, [2]time.Duration{}},
+		{"fixed_window", "fixed_window", "", true, [2]time.Duration{0, time.Hour}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"usage.yaml": rules}), "HYBRIDLIMIT_MODE", c.mode)
-			if c.every != "" {
-				e["HYBRIDLIMIT_COUNT_EVERY_HIT"] = c.every
+			if c.setting != "" {
+				e[c.setting] = "true"
 			}
 			p := start(t, rlsBinary(t), e)
 			awayFromEdge(t, c.mode, 3600, 30)
 			tenant := entries("tenant", "t1")
+			check := func() rlspb.RateLimitResponse_Code {
+				req := request("usage", 0, tenant)
+				req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+				return p.mustCall(req).OverallCode
+			}
+			if code := check(); code != rlspb.RateLimitResponse_OK {
+				t.Fatalf("a check of a new key: %v", code)
+			}
 			if r := p.mustCall(request("usage", 4, tenant)); r.OverallCode != rlspb.RateLimitResponse_OK {
 				t.Fatalf("4 hits of 10: %v", r)
+			}
+			if code := check(); code != rlspb.RateLimitResponse_OK {
+				t.Fatalf("a check after 4 of 10: %v", code)
 			}
 			if r := p.mustCall(request("usage", 9, tenant)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("9 hits with 6 left: %v, want OVER_LIMIT", r)
 			}
+			want := rlspb.RateLimitResponse_OK
+			if c.counted {
+				want = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+			if code := check(); code != want {
+				t.Fatalf("a check after 4 and 9 of 10: %v, want %v (the 9 counted: %v)", code, want, c.counted)
+			}
 			r := p.mustCall(request("usage", 1, tenant))
 			wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
-			if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || wait < c.wait[0] || wait > c.wait[1] {
-				t.Fatalf("1 hit after the 9: %v, want OVER_LIMIT for %v to %v", r, c.wait[0], c.wait[1])
+			if r.OverallCode != want || c.counted && (wait < c.wait[0] || wait > c.wait[1]) {
+				t.Fatalf("1 hit after the 9: %v, want %v for %v to %v", r, want, c.wait[0], c.wait[1])
 			}
 		})
 	}
