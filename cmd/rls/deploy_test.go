@@ -363,4 +363,13 @@ func TestDeployEnvoyGateway(t *testing.T) {
 	if at(yamlDocs(t, "envoy-gateway/backendtrafficpolicy.yaml")[0], "kind") != "BackendTrafficPolicy" {
 		t.Error("backendtrafficpolicy.yaml: not a BackendTrafficPolicy")
 	}
+	// The token quota: a check on the request (cost 0, which the service
+	// answers OVER_LIMIT while the key is in debt) and the tokens used on
+	// the response (counted whole, TestStreamEndHits).
+	q := yamlDocs(t, "envoy-gateway/tokenquota.yaml")[0]
+	cost := at(q, "spec", "rateLimit", "global", "rules", 0, "cost")
+	if at(q, "kind") != "BackendTrafficPolicy" || at(cost, "request", "from") != "Number" || at(cost, "request", "number") != 0 ||
+		at(cost, "response", "from") != "Metadata" || at(cost, "response", "metadata", "key") == nil {
+		t.Errorf("tokenquota.yaml: want a BackendTrafficPolicy whose rule checks with cost 0 and counts the response's usage, got cost %v", cost)
+	}
 }
