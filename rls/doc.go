@@ -29,12 +29,12 @@
 // is given back through the limiter's Refund: the replica may spend it
 // again, and hands it back to Redis at its next round if it does not need
 // it. Under SHADOW_MODE every descriptor is charged, since the request goes
-// through. Hits over a descriptor's limit count, as the reference counts
-// them: they are charged (sync.Limiter.Charge), the bucket going into debt,
-// so usage Envoy sends when a stream ends (a response cost) is counted
-// whole, and a check without hits is over the limit while the bucket is in
-// debt; STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT counts none of them. With
-// HYBRIDLIMIT_COUNT_EVERY_HIT every descriptor spends, none given back.
+// through. Hits over a descriptor's limit count nowhere by default; with
+// HYBRIDLIMIT_COUNT_EVERY_HIT every hit counts, as the reference counts
+// it, for usage Envoy sends when a stream ends: hits over the limit are
+// charged (sync.Limiter.Charge), into debt, and every descriptor spends,
+// none given back. A check without hits is over the limit while the
+// bucket is in debt.
 // The loop, the verdict (quota_mode included) and the give-back
 // are ruleset.Decide's, the HTTP and gRPC rules' one decision loop: the
 // descriptors matched to rules are its applications, asked with AfterPeek.
@@ -46,7 +46,7 @@
 // Redis call per descriptor (lua/hit_counter.lua); limit_remaining is the
 // limit minus the window's count and duration_until_reset the time to the
 // window's end. STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT behaves as the
-// reference's, in either mode.
+// reference's.
 //
 // # Failure
 //

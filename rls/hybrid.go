@@ -37,7 +37,7 @@ type decider interface {
 type hybridBackend struct {
 	main, perSecond decider
 	policy          hybridlimit.FailurePolicy
-	charge          bool // hits over a descriptor's limit are charged anyway (unless Settings.StopIncrementWhenOver)
+	charge          bool // hits over a descriptor's limit are charged anyway (Settings.CountEveryHit)
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
@@ -123,18 +123,14 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		return ruleset.Spend{}, nil
 	case ok && it.negative:
 		return ruleset.Spend{}, h.giveBack(ctx, h.limiterFor(r), it, lim)
-	case !ok || it.hits > uint64(lim.Burst) && !spend:
+	case !ok || it.hits > uint64(lim.Burst) && !(h.charge && spend):
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
 		return ruleset.Spend{}, nil
 	}
 	d := h.limiterFor(r)
 	if it.hits > uint64(lim.Burst) {
-		if h.charge {
-			return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
-		}
-		h.deny(it, r.Period, rpu, near)
-		return ruleset.Spend{}, nil
+		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
 	}
 	if it.hits == 0 || !spend {
 		p, err := d.Peek(ctx, h.key(it), lim)
@@ -143,7 +139,7 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		}
 		// A check (no hits) is over the limit only past it: the bucket in
 		// debt, as the reference's counter past the limit, which hits
-		// counted over it (a response cost) leave.
+		// counted over it leave (a response cost, counting every hit).
 		if it.hits == 0 && p.ResetAfter <= lim.Refill() || it.hits > 0 && uint64(p.Remaining) >= it.hits {
 			it.status = newStatus(r, rlspb.RateLimitResponse_OK, clampRemaining(p.Remaining), p.ResetAfter)
 			used := rpu - min(rpu, uint64(p.Remaining))
@@ -179,11 +175,11 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 }
 
 // charged charges the hits of a descriptor over its limit, as the
-// reference counts them (unless Settings.StopIncrementWhenOver): the
-// bucket goes into debt, and the descriptor is over its limit until
-// refill repays it. Hits Envoy sends when a stream ends (a response cost,
-// the tokens of a reply) are usage that happened, and cannot be told from
-// a request's own. What was charged is never given back.
+// reference counts them (Settings.CountEveryHit): the bucket goes into
+// debt, and the descriptor is over its limit until refill repays it. Hits
+// Envoy sends when a stream ends (a response cost, the tokens of a reply)
+// are usage that happened, and cannot be told from a request's own. What
+// was charged is never given back.
 func (h *hybridBackend) charged(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, rpu, near uint64) error {
 	res, err := d.Charge(ctx, h.key(it), lim, int64(it.hits))
 	if err != nil {

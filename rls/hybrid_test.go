@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func newTestService(t *testing.T, yaml string, d decider, policy hybridlimit.Fai
 		t.Fatal(err)
 	}
 	svc := &Service{rules: newStatSet(100), log: slog.New(slog.DiscardHandler), opt: serviceOptions{nearRatio: 0.5}}
-	svc.backend = &hybridBackend{main: d, policy: policy, nearRatio: 0.5, fallbacks: &svc.c.failurePolicy, charge: true}
+	svc.backend = &hybridBackend{main: d, policy: policy, nearRatio: 0.5, fallbacks: &svc.c.failurePolicy}
 	svc.SetConfig(cfg)
 	return svc
 }
@@ -107,13 +108,13 @@ func TestRefundAcrossDescriptors(t *testing.T) {
 }
 
 // TestBadHits: a hits_addend past 2^53 is refused; one past the limit is
-// over it, and charged, as the reference counts hits over the limit.
+// over it without asking the store.
 func TestBadHits(t *testing.T) {
 	svc, fake := fakeService(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", map[string]int64{})
 	req := request2("d", [][2]string{{"a", "x"}})
 	req.HitsAddend = 11
-	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 11 {
-		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d; want over the limit, the 11 charged", r, err, fake.spentAll)
+	if r, err := svc.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || fake.spentAll != 0 {
+		t.Fatalf("hits 11 on 10 an hour: %v %v, spent %d", r, err, fake.spentAll)
 	}
 	req = request2("d", [][2]string{{"a", "x"}})
 	req.Descriptors[0].HitsAddend = wrapUint64(1 << 60)
@@ -285,49 +286,50 @@ func TestRefundsReachRedis(t *testing.T) {
 	})
 }
 
-// countEveryHit makes r count every hit of every descriptor
-// (Settings.CountEveryHit).
+// countEveryHit makes r count every hit (Settings.CountEveryHit).
 func (r *replica) countEveryHit() *replica {
 	r.svc.opt.countAll = true
-	return r
-}
-
-// stopWhenOver makes r count no hit over a limit
-// (Settings.StopIncrementWhenOver).
-func (r *replica) stopWhenOver() *replica {
-	r.svc.backend.(*hybridBackend).charge = false
+	r.svc.backend.(*hybridBackend).charge = true
 	return r
 }
 
 // TestCountEveryHit: two replicas on a real Redis, 10 an hour. A request
-// of 4 hits is admitted; then 9 hits (the tokens of a reply, sent when the
-// stream ended), more than the 6 left. By default they are charged
-// anyway, as the reference counts hits over the limit: a hit on the other
-// replica is over the limit, and charged too, until the 4 of debt and a
-// token have refilled, 30 minutes. With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
-// nothing over the limit counts, and the next token is at most 6 minutes
-// away. Counting every hit of every descriptor, a request's other
-// descriptor spends though the first is over its limit; by default it
-// spends nothing.
+// of 4 hits is admitted; a check without hits is OK; then 9 hits (the
+// tokens of a reply, sent when the stream ended), more than the 6 left.
+// Counting every hit, they are charged anyway: a check is over the limit
+// while the bucket is in debt, and a hit on the other replica is too, and
+// charged, until the 4 of debt and a token have refilled, 30 minutes.
+// Without, nothing over the limit counts: the check is OK, and the next
+// token is at most 6 minutes away. Counting every hit, a request's other
+// descriptor spends though the first is over its limit.
 func TestCountEveryHit(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
-	for _, mode := range []string{"default", "stop_increment", "count_every_hit"} {
-		prefix := redistest.Prefix(t) + mode + ":"
+	for _, count := range []bool{false, true} {
+		prefix := redistest.Prefix(t) + strconv.FormatBool(count) + ":"
 		a, b := newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal)
-		switch mode {
-		case "stop_increment":
-			a.stopWhenOver()
-			b.stopWhenOver()
-		case "count_every_hit":
+		if count {
 			a.countEveryHit()
 			b.countEveryHit()
 		}
+		check := func() rlspb.RateLimitResponse_Code {
+			return a.call(t, hits("a", 0, false)).OverallCode
+		}
 		if r := a.call(t, hits("a", 4, false)); r.OverallCode != rlspb.RateLimitResponse_OK {
-			t.Fatalf("%s: 4 hits of 10: %v", mode, r)
+			t.Fatalf("count %v: 4 hits of 10: %v", count, r)
+		}
+		if code := check(); code != rlspb.RateLimitResponse_OK {
+			t.Fatalf("count %v: a check after 4 of 10: %v", count, code)
 		}
 		if r := a.call(t, hits("a", 9, false)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("%s: 9 hits with 6 left: %v, want OVER_LIMIT", mode, r)
+			t.Fatalf("count %v: 9 hits with 6 left: %v, want OVER_LIMIT", count, r)
+		}
+		want := rlspb.RateLimitResponse_OK
+		if count {
+			want = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		if code := check(); code != want {
+			t.Errorf("count %v: a check after 4 and 9 of 10: %v, want %v", count, code, want)
 		}
 		// The other replica asks Redis for a hit (10 an hour is a low
 		// limit, asked of Redis per request).
@@ -335,11 +337,11 @@ func TestCountEveryHit(t *testing.T) {
 		wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
 		switch {
 		case r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT:
-			t.Errorf("%s: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", mode, r)
-		case mode != "stop_increment" && wait < 29*time.Minute:
-			t.Errorf("%s: a hit after 4 and 9 of 10 counted: %v, want OVER_LIMIT for 30 minutes", mode, r)
-		case mode == "stop_increment" && wait > 6*time.Minute:
-			t.Errorf("%s: a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", mode, r)
+			t.Errorf("count %v: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", count, r)
+		case count && wait < 29*time.Minute:
+			t.Errorf("counting every hit, a hit after 13 of 10: %v, want OVER_LIMIT for 30 minutes", r)
+		case !count && wait > 6*time.Minute:
+			t.Errorf("a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", r)
 		}
 		// Both descriptors, a over its limit: b spends only when every
 		// hit counts. (10 and 100 an hour are low limits, asked of Redis
@@ -347,12 +349,12 @@ func TestCountEveryHit(t *testing.T) {
 		req := request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}})
 		req.HitsAddend = 20
 		a.call(t, req)
-		want := uint32(99)
-		if mode == "count_every_hit" {
-			want = 79
+		want99 := uint32(99)
+		if count {
+			want99 = 79
 		}
-		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != want {
-			t.Errorf("%s: b holds %d after a request a denied and one hit, want %d", mode, r.Statuses[0].LimitRemaining, want)
+		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != want99 {
+			t.Errorf("count %v: b holds %d after a request a denied and one hit, want %d", count, r.Statuses[0].LimitRemaining, want99)
 		}
 	}
 }

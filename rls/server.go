@@ -143,7 +143,7 @@ func limiterPolicy(p hybridlimit.FailurePolicy) hybridlimit.FailurePolicy {
 
 // hybrid builds the hybrid backend: one limiter per Redis.
 func (s *Server) hybrid(main, perSecond redis.UniversalClient, fallbacks *atomic.Uint64) (*hybridBackend, error) {
-	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks, charge: !s.set.StopIncrementWhenOver}
+	h := &hybridBackend{policy: s.set.Policy, nearRatio: s.set.NearLimitRatio, fallbacks: fallbacks, charge: s.set.CountEveryHit}
 	build := func(rdb redis.UniversalClient, name string) (*hlsync.Limiter, error) {
 		mode := hlsync.Reserve
 		if s.set.Optimistic {

@@ -80,9 +80,9 @@ type Settings struct {
 	CacheKeyPrefix   string
 	NearLimitRatio   float32
 	ExpirationJitter time.Duration
-	// StopIncrementWhenOver counts no hit over a limit: in fixed-window
-	// mode the window's count stops at the limit, in hybrid mode a
-	// descriptor over its limit is charged nothing.
+	// StopIncrementWhenOver stops a fixed-window count at the limit, as
+	// for the reference. (The hybrid mode counts no hit over a limit
+	// unless CountEveryHit.)
 	StopIncrementWhenOver bool
 
 	GlobalShadow, GlobalQuota bool
@@ -129,11 +129,12 @@ type Settings struct {
 	// failure_mode_deny to decide (in hybrid mode: the denials of the
 	// limiter's FailClosed).
 	Policy hybridlimit.FailurePolicy
-	// CountEveryHit counts every hit of every descriptor as the reference
-	// does, in hybrid mode too: every descriptor of a request spends,
-	// none given back, where by default the descriptors of a request one
-	// denies spend nothing. (Hits over a descriptor's limit count by
-	// default in either mode, unless StopIncrementWhenOver.)
+	// CountEveryHit counts every hit as the reference does, in hybrid
+	// mode too: hits over a descriptor's limit are charged anyway, its
+	// bucket going into debt, and every descriptor of a request spends,
+	// none given back. For usage Envoy sends when a stream ends (Envoy
+	// Gateway's cost.response, the tokens of a reply), which would
+	// otherwise be refused and counted nowhere when more than is left.
 	CountEveryHit bool
 	InstanceID    string
 	ConfigPoll    time.Duration
@@ -336,9 +337,6 @@ func FromEnv(lookup func(string) (string, bool), environ []string) (Settings, er
 	}
 	if s.Mode == ModeFixedWindow && s.CountEveryHit {
 		e.fail(Prefix+"COUNT_EVERY_HIT", "is for the hybrid mode; fixed_window counts every hit already")
-	}
-	if s.CountEveryHit && s.StopIncrementWhenOver {
-		e.fail(Prefix+"COUNT_EVERY_HIT", "counts the hits over a limit, which STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT stops counting: set one")
 	}
 	if s.MaxWait <= 0 || s.MaxWait > time.Minute {
 		e.fail(Prefix+"MAX_WAIT", fmt.Sprintf("%v is outside (0, 1m]", s.MaxWait))

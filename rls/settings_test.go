@@ -64,7 +64,6 @@ func TestFromEnvErrors(t *testing.T) {
 		{map[string]string{"HYBRIDLIMIT_MODE": "sliding"}, "HYBRIDLIMIT_MODE"},
 		{map[string]string{"HYBRIDLIMIT_MODE": "fixed_window", "HYBRIDLIMIT_FAILURE_POLICY": "fallback-local"}, "needs the hybrid mode"},
 		{map[string]string{"HYBRIDLIMIT_MODE": "fixed_window", "HYBRIDLIMIT_COUNT_EVERY_HIT": "true"}, "counts every hit already"},
-		{map[string]string{"HYBRIDLIMIT_COUNT_EVERY_HIT": "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, "set one"},
 		{map[string]string{"HYBRIDLIMIT_MAX_WAIT": "0s"}, "HYBRIDLIMIT_MAX_WAIT"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2m"}, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},

@@ -98,6 +98,8 @@ func TestSideBySide(t *testing.T) {
 		{"hybridlimit rls, fixed_window", rlsBinary(t), with("CACHE_KEY_PREFIX", "fw:", "HYBRIDLIMIT_MODE", "fixed_window"), false},
 		// The saturated rule's worst window follows the sync interval.
 		{"hybridlimit rls, hybrid, HYBRIDLIMIT_SYNC_INTERVAL=100ms", rlsBinary(t), with("CACHE_KEY_PREFIX", "hl100:", "HYBRIDLIMIT_SYNC_INTERVAL", "100ms"), true},
+		// Hits over the limit charged: the saturated rule stays in debt.
+		{"hybridlimit rls, hybrid, HYBRIDLIMIT_COUNT_EVERY_HIT=true", rlsBinary(t), with("CACHE_KEY_PREFIX", "hlall:", "HYBRIDLIMIT_COUNT_EVERY_HIT", "true"), true},
 	}
 	var results []loadResult
 	for _, run := range runs {
