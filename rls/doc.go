@@ -29,12 +29,13 @@
 // is given back through the limiter's Refund: the replica may spend it
 // again, and hands it back to Redis at its next round if it does not need
 // it. Under SHADOW_MODE every descriptor is charged, since the request goes
-// through. Hits over a descriptor's limit count nowhere by default; with
+// through. A request's plain hits over a descriptor's limit count
+// nowhere; a cost (hits set on the descriptor, as Envoy sends usage when a
+// stream ends: Envoy Gateway's cost.response) counts whole, over the limit
+// too: it is charged (sync.Limiter.Charge), into debt, and a check without
+// hits is over the limit while the bucket is in debt. With
 // HYBRIDLIMIT_COUNT_EVERY_HIT every hit counts, as the reference counts
-// it, for usage Envoy sends when a stream ends: hits over the limit are
-// charged (sync.Limiter.Charge), into debt, and every descriptor spends,
-// none given back. A check without hits is over the limit while the
-// bucket is in debt.
+// it, and every descriptor spends, none given back.
 // The loop, the verdict (quota_mode included) and the give-back
 // are ruleset.Decide's, the HTTP and gRPC rules' one decision loop: the
 // descriptors matched to rules are its applications, asked with AfterPeek.

@@ -37,7 +37,7 @@ type decider interface {
 type hybridBackend struct {
 	main, perSecond decider
 	policy          hybridlimit.FailurePolicy
-	charge          bool // hits over a descriptor's limit are charged anyway (Settings.CountEveryHit)
+	charge          bool // hits over a descriptor's limit are charged anyway, costs or not (Settings.CountEveryHit)
 	nearRatio       float32
 	fallbacks       *atomic.Uint64 // descriptors the failure policy decided
 	stores          []store
@@ -123,7 +123,7 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 		return ruleset.Spend{}, nil
 	case ok && it.negative:
 		return ruleset.Spend{}, h.giveBack(ctx, h.limiterFor(r), it, lim)
-	case !ok || it.hits > uint64(lim.Burst) && !(h.charge && spend):
+	case !ok || it.hits > uint64(lim.Burst) && !(h.counts(it) && spend):
 		// More than the bucket holds: never admitted, nothing to ask.
 		h.deny(it, r.Period, rpu, near)
 		return ruleset.Spend{}, nil
@@ -161,7 +161,7 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 			return ruleset.Spend{}, fmt.Errorf("%w: %s", ErrUnavailable, r.FullKey)
 		}
 	}
-	if !res.Allowed && h.charge && res.Source != hybridlimit.SourceFallback {
+	if !res.Allowed && h.counts(it) && res.Source != hybridlimit.SourceFallback {
 		return ruleset.Spend{}, h.charged(ctx, d, it, lim, rpu, near)
 	}
 	if !res.Allowed {
@@ -174,12 +174,18 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 	return ruleset.Spend{Limiter: d, Key: h.key(it), Limit: lim, Cost: int64(it.hits)}, nil
 }
 
-// charged charges the hits of a descriptor over its limit, as the
-// reference counts them (Settings.CountEveryHit): the bucket goes into
-// debt, and the descriptor is over its limit until refill repays it. Hits
-// Envoy sends when a stream ends (a response cost, the tokens of a reply)
-// are usage that happened, and cannot be told from a request's own. What
-// was charged is never given back.
+// counts reports whether it's hits count when they are over its limit: a
+// cost (the descriptor's own hits_addend, which Envoy sets from a rate
+// limit action's hits_addend: Envoy Gateway's cost.request and
+// cost.response, usage sent when a stream ends) is usage and counts
+// whole; a request's plain hits are refused and count nowhere, since a
+// bucket charged for every denied request stays in debt while its clients
+// keep asking; with Settings.CountEveryHit every hit counts.
+func (h *hybridBackend) counts(it *item) bool { return h.charge || it.cost }
+
+// charged charges the hits of a descriptor over its limit (counts): the
+// bucket goes into debt, and the descriptor is over its limit until
+// refill repays it. What was charged is never given back.
 func (h *hybridBackend) charged(ctx context.Context, d decider, it *item, lim hybridlimit.Limit, rpu, near uint64) error {
 	res, err := d.Charge(ctx, h.key(it), lim, int64(it.hits))
 	if err != nil {

@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -294,54 +293,67 @@ func (r *replica) countEveryHit() *replica {
 }
 
 // TestCountEveryHit: two replicas on a real Redis, 10 an hour. A request
-// of 4 hits is admitted; a check without hits is OK; then 9 hits (the
-// tokens of a reply, sent when the stream ended), more than the 6 left.
-// Counting every hit, they are charged anyway: a check is over the limit
-// while the bucket is in debt, and a hit on the other replica is too, and
-// charged, until the 4 of debt and a token have refilled, 30 minutes.
-// Without, nothing over the limit counts: the check is OK, and the next
-// token is at most 6 minutes away. Counting every hit, a request's other
-// descriptor spends though the first is over its limit.
+// of 4 hits is admitted; a check without hits is OK; then 9 hits, more
+// than the 6 left. Sent as a cost (the descriptor's hits_addend, as Envoy
+// sends usage when a stream ends), or with every hit counted, they are
+// charged anyway: a check is over the limit while the bucket is in debt,
+// and a hit on the other replica is too, charged as well, until the 4 of
+// debt and a token have refilled, 30 minutes. Sent as a request's plain
+// hits, by default nothing over the limit counts: the check is OK, and the
+// next token is at most 6 minutes away. Counting every hit, a request's
+// other descriptor spends though the first is over its limit.
 func TestCountEveryHit(t *testing.T) {
 	redistest.NoLeaks(t)
 	srv := redistest.StandaloneServer(t)
-	for _, count := range []bool{false, true} {
-		prefix := redistest.Prefix(t) + strconv.FormatBool(count) + ":"
+	for _, c := range []struct {
+		name           string
+		cost, countAll bool
+	}{
+		{"plain", false, false}, {"cost", true, false}, {"plain/count_every_hit", false, true},
+	} {
+		prefix := redistest.Prefix(t) + c.name + ":"
 		a, b := newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal), newReplica(t, srv, prefix, twoRules, hybridlimit.FallbackLocal)
-		if count {
+		if c.countAll {
 			a.countEveryHit()
 			b.countEveryHit()
 		}
-		check := func() rlspb.RateLimitResponse_Code {
-			return a.call(t, hits("a", 0, false)).OverallCode
+		send := func(r *replica, n uint64) *rlspb.RateLimitResponse {
+			if c.cost {
+				return r.call(t, hits("a", n, false))
+			}
+			req := request2("d", [][2]string{{"a", "x"}})
+			req.HitsAddend = uint32(n)
+			return r.call(t, req)
 		}
-		if r := a.call(t, hits("a", 4, false)); r.OverallCode != rlspb.RateLimitResponse_OK {
-			t.Fatalf("count %v: 4 hits of 10: %v", count, r)
+		check := func() rlspb.RateLimitResponse_Code { return a.call(t, hits("a", 0, false)).OverallCode }
+		if r := send(a, 4); r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("%s: 4 hits of 10: %v", c.name, r)
 		}
 		if code := check(); code != rlspb.RateLimitResponse_OK {
-			t.Fatalf("count %v: a check after 4 of 10: %v", count, code)
+			t.Fatalf("%s: a check after 4 of 10: %v", c.name, code)
 		}
-		if r := a.call(t, hits("a", 9, false)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("count %v: 9 hits with 6 left: %v, want OVER_LIMIT", count, r)
+		if r := send(a, 9); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%s: 9 hits with 6 left: %v, want OVER_LIMIT", c.name, r)
 		}
+		counted := c.cost || c.countAll
 		want := rlspb.RateLimitResponse_OK
-		if count {
+		if counted {
 			want = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		if code := check(); code != want {
-			t.Errorf("count %v: a check after 4 and 9 of 10: %v, want %v", count, code, want)
+			t.Errorf("%s: a check after 4 and 9 of 10: %v, want %v", c.name, code, want)
 		}
 		// The other replica asks Redis for a hit (10 an hour is a low
 		// limit, asked of Redis per request).
-		r := b.call(t, hits("a", 1, false))
+		r := send(b, 1)
 		wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
 		switch {
 		case r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT:
-			t.Errorf("count %v: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", count, r)
-		case count && wait < 29*time.Minute:
-			t.Errorf("counting every hit, a hit after 13 of 10: %v, want OVER_LIMIT for 30 minutes", r)
-		case !count && wait > 6*time.Minute:
-			t.Errorf("a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", r)
+			t.Errorf("%s: a hit after 4 of 10 and 9 with 6 left: %v, want OVER_LIMIT", c.name, r)
+		case counted && wait < 29*time.Minute:
+			t.Errorf("%s: a hit after 4 and 9 of 10 counted: %v, want OVER_LIMIT for 30 minutes", c.name, r)
+		case !counted && wait > 6*time.Minute:
+			t.Errorf("%s: a hit after 4 of 10 and 9 refused: %v, want no wait past 6 minutes", c.name, r)
 		}
 		// Both descriptors, a over its limit: b spends only when every
 		// hit counts. (10 and 100 an hour are low limits, asked of Redis
@@ -349,12 +361,12 @@ func TestCountEveryHit(t *testing.T) {
 		req := request2("d", [][2]string{{"a", "x"}}, [][2]string{{"b", "x"}})
 		req.HitsAddend = 20
 		a.call(t, req)
-		want99 := uint32(99)
-		if count {
-			want99 = 79
+		left := uint32(99)
+		if c.countAll {
+			left = 79
 		}
-		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != want99 {
-			t.Errorf("count %v: b holds %d after a request a denied and one hit, want %d", count, r.Statuses[0].LimitRemaining, want99)
+		if r := a.call(t, hits("b", 1, false)); r.Statuses[0].LimitRemaining != left {
+			t.Errorf("%s: b holds %d after a request a denied and one hit, want %d", c.name, r.Statuses[0].LimitRemaining, left)
 		}
 	}
 }

@@ -47,6 +47,7 @@ type item struct {
 	quota     bool // decides the request only with every other quota descriptor
 	negative  bool // is_negative_hits: give hits back instead of taking them
 	hits      uint64
+	cost      bool   // hits set on the descriptor (its hits_addend): a cost, counted whole over the limit
 	key       string // the backend's name for the counter, once made
 	stats     *ruleCounters
 	status    *rlspb.RateLimitResponse_DescriptorStatus
@@ -235,7 +236,7 @@ func (s *Service) items(cfg *Config, req *rlspb.RateLimitRequest) ([]*item, erro
 	for i, d := range req.GetDescriptors() {
 		it := &item{domain: req.GetDomain(), desc: d, hits: max(1, uint64(req.GetHitsAddend()))}
 		if h := d.GetHitsAddend(); h != nil {
-			it.hits = h.GetValue()
+			it.hits, it.cost = h.GetValue(), true
 		}
 		it.negative = d.GetIsNegativeHits()
 		if it.hits > maxHits {

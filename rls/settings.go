@@ -130,11 +130,11 @@ type Settings struct {
 	// limiter's FailClosed).
 	Policy hybridlimit.FailurePolicy
 	// CountEveryHit counts every hit as the reference does, in hybrid
-	// mode too: hits over a descriptor's limit are charged anyway, its
-	// bucket going into debt, and every descriptor of a request spends,
-	// none given back. For usage Envoy sends when a stream ends (Envoy
-	// Gateway's cost.response, the tokens of a reply), which would
-	// otherwise be refused and counted nowhere when more than is left.
+	// mode too: a request's plain hits over a descriptor's limit are
+	// charged, its bucket going into debt, as costs (hits set on the
+	// descriptor) always are, and every descriptor of a request spends,
+	// none given back. For usage sent as plain hits (Envoy's filter state
+	// envoy.ratelimit.hits_addend).
 	CountEveryHit bool
 	InstanceID    string
 	ConfigPoll    time.Duration

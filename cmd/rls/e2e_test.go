@@ -295,13 +295,14 @@ func TestDeniedRequestSpendsNothingElse(t *testing.T) {
 // TestStreamEndHits is the acceptance case of usage Envoy sends when a
 // stream ends (apply_on_stream_done: Envoy Gateway's cost.response, the
 // tokens of an LLM's reply), on a rule of 10 an hour, as Envoy Gateway
-// sends it: a check (no hits: cost.request of number 0), 4 hits, a check,
-// then 9 hits with 6 left, a check, and 1 hit. The 9 are OVER_LIMIT.
-// Counting every hit (HYBRIDLIMIT_COUNT_EVERY_HIT, or fixed-window mode)
-// they are counted, so the last check and the last hit are OVER_LIMIT too
-// (the hybrid: the 9 charged into debt by 3, the last hit by 1 more: 5
-// tokens, 30 minutes); the hybrid's default counts nothing over the
-// limit, and both go through.
+// sends it: a check (the descriptor's hits_addend 0: cost.request of
+// number 0), 4 hits, a check, then 9 hits with 6 left, a check, and 1
+// hit. The 9 are OVER_LIMIT. Sent as a cost (the descriptor's hits_addend,
+// as Envoy Gateway sends it) they are counted by default, as with every
+// hit counted or in fixed-window mode: the last check and the last hit
+// are OVER_LIMIT too (the hybrid: the 9 charged into debt by 3, the last
+// hit by 1 more: 5 tokens, 30 minutes). Sent as a request's plain hits,
+// the hybrid's default counts nothing over the limit, and both go through.
 func TestStreamEndHits(t *testing.T) {
 	t.Parallel()
 	const rules = `domain: usage
@@ -313,12 +314,13 @@ descriptors:
 `
 	for _, c := range []struct {
 		name, mode, setting string
-		counted             bool
+		cost, counted       bool
 		wait                [2]time.Duration // the last hit's duration_until_reset, from and to
 	}{
-		{"hybrid", "hybrid", "", false, [2]time.Duration{}},
-		{"hybrid/count_every_hit", "hybrid", "HYBRIDLIMIT_COUNT_EVERY_HIT", true, [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
-		{"fixed_window", "fixed_window", "", true, [2]time.Duration{0, time.Hour}},
+		{"hybrid/cost", "hybrid", "", true, true, [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
+		{"hybrid/plain", "hybrid", "", false, false, [2]time.Duration{}},
+		{"hybrid/plain/count_every_hit", "hybrid", "HYBRIDLIMIT_COUNT_EVERY_HIT", false, true, [2]time.Duration{29 * time.Minute, 30 * time.Minute}},
+		{"fixed_window/cost", "fixed_window", "", true, true, [2]time.Duration{0, time.Hour}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"usage.yaml": rules}), "HYBRIDLIMIT_MODE", c.mode)
@@ -328,6 +330,14 @@ descriptors:
 			p := start(t, rlsBinary(t), e)
 			awayFromEdge(t, c.mode, 3600, 30)
 			tenant := entries("tenant", "t1")
+			send := func(n uint64) *rlspb.RateLimitResponse {
+				if !c.cost {
+					return p.mustCall(request("usage", uint32(n), tenant))
+				}
+				req := request("usage", 0, tenant)
+				req.Descriptors[0].HitsAddend = wrapperspb.UInt64(n)
+				return p.mustCall(req)
+			}
 			check := func() rlspb.RateLimitResponse_Code {
 				req := request("usage", 0, tenant)
 				req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
@@ -336,13 +346,13 @@ descriptors:
 			if code := check(); code != rlspb.RateLimitResponse_OK {
 				t.Fatalf("a check of a new key: %v", code)
 			}
-			if r := p.mustCall(request("usage", 4, tenant)); r.OverallCode != rlspb.RateLimitResponse_OK {
+			if r := send(4); r.OverallCode != rlspb.RateLimitResponse_OK {
 				t.Fatalf("4 hits of 10: %v", r)
 			}
 			if code := check(); code != rlspb.RateLimitResponse_OK {
 				t.Fatalf("a check after 4 of 10: %v", code)
 			}
-			if r := p.mustCall(request("usage", 9, tenant)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+			if r := send(9); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("9 hits with 6 left: %v, want OVER_LIMIT", r)
 			}
 			want := rlspb.RateLimitResponse_OK
@@ -352,7 +362,7 @@ descriptors:
 			if code := check(); code != want {
 				t.Fatalf("a check after 4 and 9 of 10: %v, want %v (the 9 counted: %v)", code, want, c.counted)
 			}
-			r := p.mustCall(request("usage", 1, tenant))
+			r := send(1)
 			wait := r.Statuses[0].GetDurationUntilReset().AsDuration()
 			if r.OverallCode != want || c.counted && (wait < c.wait[0] || wait > c.wait[1]) {
 				t.Fatalf("1 hit after the 9: %v, want %v for %v to %v", r, want, c.wait[0], c.wait[1])
