@@ -174,8 +174,8 @@ func (h *hybridBackend) ask(ctx context.Context, it *item, spend bool) (ruleset.
 	return ruleset.Spend{Limiter: d, Key: h.key(it), Limit: lim, Cost: int64(it.hits)}, nil
 }
 
-// counts reports whether it's hits count when they are over its limit: a
-// cost (the descriptor's own hits_addend, which Envoy sets from a rate
+// counts reports whether the hits of it count when they are over its
+// limit: a cost (the descriptor's own hits_addend, which Envoy sets from a rate
 // limit action's hits_addend: Envoy Gateway's cost.request and
 // cost.response, usage sent when a stream ends) is usage and counts
 // whole; a request's plain hits are refused and count nowhere, since a
