@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/sharding"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
@@ -522,5 +523,50 @@ func TestChargeOutlivesItsContext(t *testing.T) {
 	}
 	if got := taken(t, rdb, prefix, "k", limit, 64); got != 25 {
 		t.Errorf("the bucket is %d short of full, want 25", got)
+	}
+}
+
+// TestDebtRemembered charges a key three bursts past empty and lets it
+// sit, unasked, for longer than an idle key is kept: the instance keeps
+// the key while its bucket is in debt, and Peek's ResetAfter counts down
+// with the clock (what the Envoy service's checks read), so a check reads
+// the key as in debt until refill has repaid it, not as full once it was
+// forgotten. Once repaid, the key goes as any idle key does.
+func TestDebtRemembered(t *testing.T) {
+	redistest.NoLeaks(t)
+	rdb := redistest.Standalone(t)
+	ctx := context.Background()
+	clk := clock.New(time.Now())
+	l, err := hlsync.New(rdb, hlsync.WithClock(clk), hlsync.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(ctx)
+	limit := hybridlimit.PerMinute(60) // a token a second; full in a minute
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("first request: %+v, %v", r, err)
+	}
+	if _, err := l.Charge(ctx, "k", limit, 179); err != nil { // 180 spent: 120 past empty
+		t.Fatal(err)
+	}
+	step := func(d time.Duration) {
+		for end := clk.Now().Add(d); clk.Now().Before(end); {
+			clk.Advance(5 * time.Second)
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step(100 * time.Second) // past the idle hold; 20 s of debt left, full in 80 s
+	p, err := l.Peek(ctx, "k", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Keys != 1 || s.Debt != 20 || p.ResetAfter < 78*time.Second || p.ResetAfter > 81*time.Second {
+		t.Errorf("100 s into a debt of 120 tokens: %d keys tracked, debt %d, ResetAfter %v; want the key kept, 20 in debt, about 80 s", s.Keys, s.Debt, p.ResetAfter)
+	}
+	step(200 * time.Second) // repaid, and idle past the hold
+	if s := l.Stats(); s.Keys != 0 || s.Debt != 0 {
+		t.Errorf("once repaid: %d keys tracked, debt %d; want the key evicted", s.Keys, s.Debt)
 	}
 }

@@ -248,9 +248,10 @@ func (l *Limiter) Mode() Mode { return l.cfg.mode }
 
 // Peek reports key's state under limit as this instance knows it, without
 // spending or asking Redis: the allowance it holds plus what the bucket
-// held at its last sync (a key it does not track reads as full). For
-// reporting, such as the headers of a request refused unasked, not for
-// deciding: other instances may have spent since.
+// held at its last sync, and the time until it is full by that sync and
+// the refill since (a key it does not track reads as full). For reporting,
+// such as the headers of a request refused unasked, not for deciding:
+// other instances may have spent since.
 func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit) (hybridlimit.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return hybridlimit.Result{}, err
@@ -267,9 +268,10 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 		return r, nil
 	}
 	held := e.held()
+	now := l.nanos(l.cfg.clock.Now())
 	r.Remaining = min(held+e.remaining.Load(), limit.Burst)
-	r.ResetAfter = time.Duration(e.resetAfter.Load())
-	left := time.Duration(e.denyUntil.Load() - l.nanos(l.cfg.clock.Now()))
+	r.ResetAfter = time.Duration(max(e.heardAt.Load()+e.resetAfter.Load()-now, 0))
+	left := time.Duration(e.denyUntil.Load() - now)
 	switch {
 	case held >= 1:
 		r.Allowed = true

@@ -208,9 +208,12 @@ func (l *Limiter) evictIdle(now time.Time) {
 
 // idle reports whether e can be evicted without losing anything: no
 // consumption for a few rounds, everything reported, nothing held that
-// Redis counts as ours. The caller holds e.mu.
+// Redis counts as ours, and its bucket not in debt by Redis's last word (a
+// key forgotten reads as full to Peek, and to the checks of the Envoy
+// service, until refill has repaid the debt). The caller holds e.mu.
 func (l *Limiter) idle(now time.Time, e *entry) bool {
-	if e.ledger.InFlight || e.ledger.Unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.ledger.Use.UsedAt) < 2*l.pol.IdleHold() {
+	if e.ledger.InFlight || e.ledger.Unacked || e.flagged || e.owes || time.Duration(l.nanos(now)-e.ledger.Use.UsedAt) < 2*l.pol.IdleHold() ||
+		e.inDebt(l.nanos(now)) {
 		return false
 	}
 	if !e.synced.Load() {
