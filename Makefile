@@ -75,23 +75,24 @@ fmt-check:
 
 # The race stage runs three passes, one after another: every package;
 # then the fleet failover tests of sync (several processes and a cluster
-# of their own each, some 13 s apiece); then the hybrid limiter's suite a
-# second time with every key's allowance spread over per-CPU counters,
-# which only hot keys get by default, less the tests that run in the
-# default build only (sync's defaultBuildOnly: processes, faults, and
-# load on keys they stripe themselves). One at a time, on two cores: the
-# suite's clocked, multi-process and failover tests starved of CPU by a
-# second pass measure the machine, not the limiter. Within a pass, tests
+# of their own each, some 13 s apiece, three at a time); then the hybrid
+# limiter's suite a second time with every key's allowance spread over
+# per-CPU counters, which only hot keys get by default, less the tests
+# that run in the default build only (sync's defaultBuildOnly: processes,
+# faults, and load on keys they stripe themselves). Passes run one at a
+# time: a second pass starving the suite's clocked tests of CPU on two
+# cores would measure the machine, not the limiter. Three fleets at once
+# use about 1.3 cores (70 s of CPU in 56 s here). Within a pass, tests
 # that mostly wait (cmd/rls's services, the reset across processes) run
-# four at a time. The first pass names ./sync/ first, so that its
-# longest package starts first and the others share the second core
-# meanwhile. Any pass failing fails the stage; all three run.
-# HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
-# instead of skipping them.
+# four at a time. The first pass names its longest packages first, so
+# that ./sync/ (about 190 s, mostly waiting on sync intervals) runs from
+# the start on one lane while the others share the second. Any pass
+# failing fails the stage; all three run. HYBRIDLIMIT_REQUIRE_REDIS=1: a
+# missing redis-server fails the tests instead of skipping them.
 RACE = HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -parallel 4 -timeout 15m
 race:
-	@$(RACE) -skip 'TestFleetFailover' ./sync/ ./...; rc=$$?; \
-	echo "== ./sync/, the fleet failover tests:"; $(RACE) -run 'TestFleetFailover' ./sync/; rf=$$?; \
+	@$(RACE) -skip 'TestFleetFailover' ./sync/ ./cmd/rls/ ./global/ ./sim/ ./...; rc=$$?; \
+	echo "== ./sync/, the fleet failover tests:"; $(RACE) -parallel 3 -run 'TestFleetFailover' ./sync/; rf=$$?; \
 	echo "== ./sync/ built with -tags hybridlimit_stripeall:"; \
 	$(RACE) -tags hybridlimit_stripeall ./sync/; rs=$$?; \
 	[ $$rc -eq 0 ] && [ $$rf -eq 0 ] && [ $$rs -eq 0 ]

@@ -507,6 +507,7 @@ func TestFleetFailover(t *testing.T) {
 	for _, fault := range faults {
 		for _, p := range policies {
 			t.Run(fault.name+"/"+p.name, func(t *testing.T) {
+				t.Parallel() // each its own cluster and processes; -parallel says how many at once
 				cl := redistest.NewClusterWith(t, "cluster-node-timeout 1000")
 				prefix := redistest.Prefix(t)
 				keys := fleetKeys(t, cl, prefix)
