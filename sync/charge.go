@@ -8,7 +8,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/scripts"
-	"github.com/hybridlimit/hybridlimit/sharding"
 )
 
 // maxChargeUS bounds the refill time a key may owe on an instance, in
@@ -59,26 +58,9 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 	if err != nil {
 		return hybridlimit.Result{}, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
 	}
-	var serial uint64 // of the round that carries what is owed, if any
-	var charged int64
-	at := home.layout()
-	for j := range at.shards {
-		share := sharding.Share(cost, j, at.shards)
-		e, owed, err := l.chargePart(key, limit, shards, j, at, share, t)
-		if err != nil {
-			if j == 0 {
-				return hybridlimit.Result{}, err
-			}
-			return hybridlimit.Result{}, fmt.Errorf("sync: %d of a charge of %d charged to key %q, on the first %d of its %d parts: %w",
-				charged, cost, key, j, at.shards, err)
-		}
-		charged += share
-		if j == int(home.shard) {
-			home = e
-		}
-		if owed > 0 {
-			serial = max(serial, l.flag(e, 0, false))
-		}
+	home, serial, err := l.chargeParts(key, limit, shards, home, cost, t)
+	if err != nil {
+		return hybridlimit.Result{}, err
 	}
 	src := hybridlimit.SourceLocal
 	// Have Redis take what is owed now; should the round fail, or ctx end
@@ -91,27 +73,6 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 		}
 	}
 	return l.charged(home, limit, src), nil
-}
-
-// chargePart charges share to part j of key in layout at (the home part,
-// for a whole key) at t, and returns the entry charged and what it owes
-// after: the entry that took its place if the one looked up was evicted
-// meanwhile, and the home part of the key's layout if the key moved to
-// another (a move carries what the old parts owe to it the same way).
-func (l *Limiter) chargePart(key string, limit hybridlimit.Limit, shards, j int, at layout, share, t int64) (*entry, int64, error) {
-	for {
-		e, err := l.entry(key, limit, shards)
-		if err == nil && e.layout() == at && j != int(e.shard) {
-			e, err = l.part(key, limit, j, at)
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
-		}
-		owed, ok, err := l.charge(e, share, t)
-		if err != nil || ok {
-			return e, owed, err
-		}
-	}
 }
 
 // charge spends cost on e at t as the mode does (account.Mode.Charge),

@@ -44,7 +44,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		if e.dead.Load() {
 			continue
 		}
-		if e.shards > 1 {
+		if !e.whole() {
 			r, done := hybridlimit.Result{}, false
 			if e, r, done = l.fallOver(e, limit, cost, now, src); done {
 				return r, nil
@@ -169,7 +169,7 @@ func deniedUntil(limit hybridlimit.Limit, retry, full time.Duration, src hybridl
 // parts fill apart). It reads only e's first cache line, which a denial
 // on the fast path reads anyway.
 func (e *entry) fullIn(limit hybridlimit.Limit, retry time.Duration) time.Duration {
-	if e.synced.Load() && e.shards == 1 {
+	if e.synced.Load() && e.whole() {
 		return max(time.Duration(e.resetAfter.Load()), retry)
 	}
 	return limit.Refill()
@@ -223,17 +223,8 @@ func (l *Limiter) costWait(e *entry, short, now int64) time.Duration {
 	return time.Duration(max(math.Ceil(wait), 0))
 }
 
-// entry returns the live entry for key, split into shards parts, creating
-// it or updating its limit: the entry of this instance's home part of a
-// split key.
-func (l *Limiter) entry(key string, limit hybridlimit.Limit, shards int) (*entry, error) {
-	at := layout{shards: shards}
-	return l.lookup(l.table, key, key, limit, l.home(key, at.shards), at)
-}
-
 // lookup finds or creates the entry called name in t, of part j of key in
-// layout at. A home entry in a layout a reshard made stays as it is
-// whatever the configuration says: the key's layout is what Redis says.
+// layout at, unless at.supersedes the one there.
 func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j int, at layout) (*entry, error) {
 	var owed, since int64 // what an entry dropped for another shard count owed
 	for {
@@ -242,7 +233,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 				t.delete(e)
 				continue
 			}
-			if e.gen == 0 && int(e.shards) != at.shards {
+			if at.supersedes(e) {
 				// The key's shard count changed with its limit or the
 				// configuration: start afresh. What the old entry holds
 				// unspent goes unused, an undershoot of at most its lease;
@@ -300,7 +291,7 @@ func (l *Limiter) relimit(e *entry, limit hybridlimit.Limit) {
 		e.denyUntil.Store(0)
 	}
 	l.lockGather(e)
-	lowered := partOf(limit, int(e.shard), int(e.shards)).Burst < partLimit(e).Burst
+	lowered := e.partOf(limit).Burst < partLimit(e).Burst
 	e.limit.Store(l.limits.get(limit))
 	if lowered {
 		if n := e.ledger.Withdraw(&e.avail, e.avail.Load()); n > 0 {
@@ -316,19 +307,16 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 	e := &entry{
 		key:    name,
 		owner:  key,
-		shard:  int16(j),
-		shards: int16(at.shards),
-		gen:    int32(at.gen),
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
 		ledger: account.Ledger{Use: account.Usage{LastAt: l.nanos(now), UsedAt: l.nanos(now)}},
 		due:    -1,
 	}
+	e.placeAt(j, at)
 	e.limit.Store(l.limits.get(limit))
 	e.heardAt.Store(l.nanos(now))
 	e.remaining.Store(limit.Burst)
-	e.partLeft.Store(partLimit(e).Burst)
-	e.via.Store(int32(j))
+	e.left.Store(partLimit(e).Burst)
 	return e
 }
 

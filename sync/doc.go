@@ -15,9 +15,11 @@ package sync
 //	limiter.go    Limiter, New, the decisions' API and their fast path, slot groups
 //	decide.go     the slow path: entries, the wait for a fetch, the failure policy
 //	charge.go     Charge: a cost spent whatever the key holds, owed to Redis
-//	parts.go      split keys: a key's layout, its parts' names, groups and limits,
-//	              the home part, falling over to another part, the sum reported
-//	entry.go      a key's state on this instance, and its allowance counter
+//	parts.go      split keys: a key's layout and each entry's place in it, its
+//	              parts' names, groups and limits, the home part, falling over
+//	              to another part, the sum reported, the parts a charge or a
+//	              reset visits; the rest sees one bucket per entry
+//	entry.go      a key's (a part's) state on this instance, and its allowance counter
 //	stripes.go    a hot key's allowance spread over one counter per CPU
 //	table.go      the lock-free map from keys to entries
 //	round.go      the protocol: a round's messages composed, sent, replies applied;

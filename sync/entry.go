@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"runtime"
@@ -12,7 +11,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/sync/internal/account"
 )
 
-// entry is one key's state on this instance.
+// entry is one key's state on this instance: for a split key, one part's
+// (parts.go), each part an entry of its own with a bucket of its own.
 //
 // Its allowance is counted by its ledger (account.Ledger): the tokens
 // handed to the counter avail in all, and avail itself, what is left of
@@ -32,7 +32,7 @@ type entry struct {
 
 	key        string
 	limit      atomic.Pointer[hybridlimit.Limit] // replaced when a decision brings another limit for the key
-	remaining  atomic.Int64                      // global tokens left as of the last sync, summed over the parts of a split key
+	remaining  atomic.Int64                      // the key's global tokens left as of the last sync: left, or the sum over a split key's parts
 	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
 	stripes    atomic.Pointer[stripes]           // a hot key's allowance spread over one counter per CPU, or nil
 	dead       atomic.Bool                       // evicted or replaced; look the key up again
@@ -41,12 +41,9 @@ type entry struct {
 
 	hash      uint64
 	owner     string        // the caller's key; key is the table's name for it
-	shard     int16         // which part of a split key this entry spends (0 if whole)
-	shards    int16         // how many parts the key is split into (1 if whole; at most sharding.MaxShards)
+	place                   // where this entry's bucket sits in its key's layout: parts.go's alone
 	deniedFor atomic.Uint32 // limitHash of the key's limit denyUntil was set under
-	gen       int32         // the layout's generation: 0 for the configured one, more after a reshard
-	via       atomic.Int32  // home of a split key: the part decisions turned to last (home's own index at first)
-	partLeft  atomic.Int64  // tokens left in this part's global bucket as of the last sync
+	left      atomic.Int64  // tokens left in this entry's global bucket as of the last sync
 	heardAt   atomic.Int64  // when Redis last answered for this entry, or when it was made; read with denyUntil
 	denyUntil atomic.Int64  // nanoseconds of the limiter's clock before which Redis said the bucket is empty; 0 if not
 
@@ -55,7 +52,7 @@ type entry struct {
 	group    int32          // the slot group of the entry's keys in Redis; set at creation
 	flagged  bool           // on the limiter's list of entries wanting an early sync
 	owes     bool           // owes Redis tokens, in the limiter's owing
-	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock
+	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock (parts.go)
 	due      int64          // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
 	epoch    int64          // first sequence number of this entry's messages
 }
@@ -88,27 +85,6 @@ func (e *entry) debt(now int64) int64 {
 	return int64(math.Ceil(ahead*float64(part.Rate)/float64(part.Period))) - part.Burst // a token part repaid is still owed
 }
 
-// maxCost returns the largest cost a decision on e's key may have under
-// limit: its burst, or for a split key the smallest part's, Burst/S
-// (sharding.Quota gives the remainder to the first parts). The fast and
-// the slow path both check it before any allowance pays.
-func (e *entry) maxCost(limit hybridlimit.Limit) int64 {
-	if e.shards == 1 {
-		return limit.Burst // no division on a whole key's fast path
-	}
-	return limit.Burst / int64(e.shards)
-}
-
-// checkCost refuses a cost that no allowance at hand could pay: more than
-// maxCost.
-func (e *entry) checkCost(limit hybridlimit.Limit, cost int64) error {
-	if m := e.maxCost(limit); cost > m {
-		return fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
-			hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
-	}
-	return nil
-}
-
 // denialHolds reports whether the denial e remembers (denyUntil) holds
 // for the key under limit: the limit it was set under, or one no looser
 // than e's limit, for which it holds already. A looser limit (more burst,
@@ -137,9 +113,6 @@ func noLooser(a, b hybridlimit.Limit) bool {
 	bh, bl := bits.Mul64(uint64(b.Rate), uint64(a.Period))
 	return ah < bh || ah == bh && al <= bl
 }
-
-// layout returns the layout of e's key that e belongs to.
-func (e *entry) layout() layout { return layout{int(e.shards), int(e.gen)} }
 
 // evicted is stored in avail of an evicted entry: far enough below zero that
 // no request's subtraction brings it back, so every request on a stale

@@ -68,7 +68,7 @@ func TestMaxCostIsSmallestPart(t *testing.T) {
 	for _, burst := range []int64{1, 2, 5, 7, 64, 100, 1001, 1 << 40} {
 		limit := hybridlimit.Limit{Rate: burst, Period: time.Second, Burst: burst}
 		for s := 1; s <= 64 && int64(s) <= burst; s++ {
-			e := &entry{shards: int16(s)}
+			e := &entry{place: place{shards: int16(s)}}
 			smallest := partOf(limit, 0, s).Burst
 			for j := range s {
 				smallest = min(smallest, partOf(limit, j, s).Burst)

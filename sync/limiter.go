@@ -1,12 +1,10 @@
 package sync
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -199,7 +197,7 @@ func (l *Limiter) transport() transport {
 		maxKeys: l.cfg.maxKeysPerCall,
 		durable: l.cfg.durable,
 		name: func(dst []byte, m *message) ([]byte, [2]int) {
-			return l.appendPartKeys(dst, m.e.owner, int(m.e.shard), m.e.layout(), m.group)
+			return l.appendKeysOf(dst, m.e, m.group)
 		},
 		nodes:   &l.nodes,
 		refresh: refresh,
@@ -341,22 +339,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := hybridlimit.CheckKey(key); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	layouts := []layout{{shards: 1}}
 	home := l.table.get(key)
-	if home != nil && !home.dead.Load() {
-		layouts = append(layouts, home.layout())
-		if s, err := l.shardCount(key, *home.limit.Load()); err == nil {
-			layouts = append(layouts, layout{shards: s})
-		}
-	}
-	slices.SortFunc(layouts, func(a, b layout) int { return cmp.Or(cmp.Compare(a.shards, b.shards), cmp.Compare(a.gen, b.gen)) })
-	for _, at := range slices.Compact(layouts) {
-		for j := range at.shards {
-			bucket, allowances := l.partKeys(key, j, at)
-			if _, err := scripts.SyncReset.Run(ctx, l.rdb, []string{bucket, allowances}, 0, l.ledgerTTL()); err != nil {
-				l.stats.countError(err)
-				return fmt.Errorf("sync: reset %q: %w: %w", key, hybridlimit.ErrUnavailable, err)
-			}
+	for _, keys := range l.knownParts(key, home) {
+		if _, err := scripts.SyncReset.Run(ctx, l.rdb, keys[:], 0, l.ledgerTTL()); err != nil {
+			l.stats.countError(err)
+			return fmt.Errorf("sync: reset %q: %w: %w", key, hybridlimit.ErrUnavailable, err)
 		}
 	}
 	// This instance hears of the reset as the others do, only at once.
@@ -378,22 +365,6 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		_ = l.fetch(ctx, serial, l.cfg.clock.Now().Add(l.cfg.roundTimeout))
 	}
 	return nil
-}
-
-// eachPart calls f with home and each part of home's key that this
-// instance tracks, in home's layout; with none if home is nil.
-func (l *Limiter) eachPart(home *entry, f func(*entry)) {
-	if home == nil {
-		return
-	}
-	at := home.layout()
-	for j := range at.shards {
-		if j == int(home.shard) {
-			f(home)
-		} else if e := l.parts.get(partName(home.owner, j, at)); e != nil {
-			f(e)
-		}
-	}
 }
 
 // Allow is AllowN(ctx, key, limit, 1).
@@ -480,7 +451,7 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 // entry, a cost the limit cannot pay, and one the allowance pays spread
 // over per-CPU counters but no counter alone (the slow path gathers it).
 func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, bool) {
-	if e.shards != 1 || e.dead.Load() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
+	if !e.whole() || e.dead.Load() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
 		return hybridlimit.Result{}, false
 	}
 	t := l.nanos(l.at(now))

@@ -137,7 +137,7 @@ func (l *Limiter) heard(e *entry) account.Heard {
 		At:         e.heardAt.Load(),
 		Remaining:  e.remaining.Load(),
 		ResetAfter: e.resetAfter.Load(),
-		Whole:      e.shards == 1,
+		Whole:      e.whole(),
 		Limit:      *e.limit.Load(),
 		Live:       max(l.live.Load(), 1),
 	}

@@ -1,8 +1,11 @@
 package sync
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
@@ -13,8 +16,15 @@ import (
 // its own under a name of its own (WithSplitKeys, WithAutoSplit). This
 // file maps a key to its parts: the layout, each part's names, slot group
 // and limit, the home part an instance spends first, where a decision
-// turns when home is empty, and the sum the decisions report. reshard.go
-// moves a key between layouts and heat.go finds the keys to move.
+// turns when home is empty, the sum the decisions report, and the parts a
+// charge, a refund and a reset visit. reshard.go moves a key between
+// layouts and heat.go finds the keys to move. The rest of the limiter sees
+// one bucket per entry (an entry per part) and calls on these three files
+// only where a key's parts meet: entry (a key's home part), fallOver (a
+// decision home cannot pay), chargeParts, layoutEntries and knownParts
+// (the parts a charge, a refund and a reset visit), turnedTo, outOfTouch
+// and heardLeft (a part's message and reply), relocate (a round's moved
+// replies) and heat.add.
 
 // layout is how a key is split: into shards parts, of generation gen.
 // Generation 0 is the configured layout (WithSplitKeys, else whole); each
@@ -24,6 +34,42 @@ import (
 type layout struct{ shards, gen int }
 
 func (at layout) marker() string { return "m" + strconv.Itoa(at.shards) + "." + strconv.Itoa(at.gen) }
+
+// place is where an entry's bucket sits in its key's layout. Only this
+// file and reshard.go read its fields; the rest asks its methods.
+type place struct {
+	shard  int16        // which part of a split key this entry spends (0 if whole)
+	shards int16        // how many parts the key is split into (1 if whole; at most sharding.MaxShards)
+	gen    int32        // the layout's generation: 0 for the configured one, more after a reshard
+	via    atomic.Int32 // home of a split key: the part decisions turned to last (home's own index at first)
+}
+
+// placeAt makes p part j of layout at, its home's turn at itself.
+func (p *place) placeAt(j int, at layout) {
+	p.shard, p.shards, p.gen = int16(j), int16(at.shards), int32(at.gen)
+	p.via.Store(int32(j))
+}
+
+// whole reports whether the key is one bucket, not split.
+func (p *place) whole() bool { return p.shards == 1 }
+
+// resharded reports whether the layout is one a reshard made, whose
+// markers lapse unless its instances renew them (keepMarkers).
+func (p *place) resharded() bool { return p.gen > 0 }
+
+// layout returns the layout of the key that the place is in.
+func (p *place) layout() layout { return layout{int(p.shards), int(p.gen)} }
+
+// partOf returns the limit the place's part enforces under the key's limit.
+func (p *place) partOf(limit hybridlimit.Limit) hybridlimit.Limit {
+	return partOf(limit, int(p.shard), int(p.shards))
+}
+
+// supersedes reports whether the configured layout at replaces e's: the
+// key's shard count changed with its limit or the configuration. A layout
+// a reshard made stays whatever the configuration says: the key's layout
+// is what Redis says.
+func (at layout) supersedes(e *entry) bool { return e.gen == 0 && int(e.shards) != at.shards }
 
 // partOf is the limit of part j of s.
 func partOf(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
@@ -71,6 +117,50 @@ func (l *Limiter) appendPartKeys(dst []byte, key string, j int, at layout, g int
 	return dst, ends
 }
 
+// appendKeysOf appends the names of e's keys to dst, as appendPartKeys
+// does for e's part in its layout.
+func (l *Limiter) appendKeysOf(dst []byte, e *entry, g int) ([]byte, [2]int) {
+	return l.appendPartKeys(dst, e.owner, int(e.shard), e.layout(), g)
+}
+
+// knownParts returns the bucket and allowances keys of every part of key
+// in the layouts this instance knows it in: whole, and with home (nil if
+// none) live, home's and the one the configuration gives home's limit.
+func (l *Limiter) knownParts(key string, home *entry) [][2]string {
+	layouts := []layout{{shards: 1}}
+	if home != nil && !home.dead.Load() {
+		layouts = append(layouts, home.layout())
+		if s, err := l.shardCount(key, *home.limit.Load()); err == nil {
+			layouts = append(layouts, layout{shards: s})
+		}
+	}
+	slices.SortFunc(layouts, func(a, b layout) int { return cmp.Or(cmp.Compare(a.shards, b.shards), cmp.Compare(a.gen, b.gen)) })
+	var keys [][2]string
+	for _, at := range slices.Compact(layouts) {
+		for j := range at.shards {
+			bucket, allowances := l.partKeys(key, j, at)
+			keys = append(keys, [2]string{bucket, allowances})
+		}
+	}
+	return keys
+}
+
+// eachPart calls f with home and each part of home's key that this
+// instance tracks, in home's layout; with none if home is nil.
+func (l *Limiter) eachPart(home *entry, f func(*entry)) {
+	if home == nil {
+		return
+	}
+	at := home.layout()
+	for j := range at.shards {
+		if j == int(home.shard) {
+			f(home)
+		} else if e := l.parts.get(partName(home.owner, j, at)); e != nil {
+			f(e)
+		}
+	}
+}
+
 // shardCount returns how many parts key is split into under limit: what
 // WithSplitKeys says, as far as the limit splits (sharding.Fit).
 func (l *Limiter) shardCount(key string, limit hybridlimit.Limit) (int, error) {
@@ -93,8 +183,27 @@ func (l *Limiter) partGroup(key string, j, s int) int {
 }
 
 // partLimit returns the limit e's part enforces.
-func partLimit(e *entry) hybridlimit.Limit {
-	return partOf(*e.limit.Load(), int(e.shard), int(e.shards))
+func partLimit(e *entry) hybridlimit.Limit { return e.partOf(*e.limit.Load()) }
+
+// maxCost returns the largest cost a decision on e's key may have under
+// limit: its burst, or for a split key the smallest part's, Burst/S
+// (sharding.Quota gives the remainder to the first parts). The fast and
+// the slow path both check it before any allowance pays.
+func (e *entry) maxCost(limit hybridlimit.Limit) int64 {
+	if e.shards == 1 {
+		return limit.Burst // no division on a whole key's fast path
+	}
+	return limit.Burst / int64(e.shards)
+}
+
+// checkCost refuses a cost that no allowance at hand could pay: more than
+// maxCost.
+func (e *entry) checkCost(limit hybridlimit.Limit, cost int64) error {
+	if m := e.maxCost(limit); cost > m {
+		return fmt.Errorf("sync: %w: cost %d is more than a part's burst %d (%s split %d ways)",
+			hybridlimit.ErrCostExceedsBurst, cost, m, limit, e.shards)
+	}
+	return nil
 }
 
 // partName is the name of part j of key in layout at in the parts table.
@@ -109,6 +218,14 @@ func (l *Limiter) home(key string, s int) int {
 		return 0
 	}
 	return sharding.Home(l.cfg.instanceID, key, s)
+}
+
+// entry returns the live entry for key, split into shards parts, creating
+// it or updating its limit: the entry of this instance's home part of a
+// split key.
+func (l *Limiter) entry(key string, limit hybridlimit.Limit, shards int) (*entry, error) {
+	at := layout{shards: shards}
+	return l.lookup(l.table, key, key, limit, l.home(key, at.shards), at)
 }
 
 // part returns the live entry of part j of key in layout at, which is not
@@ -130,6 +247,56 @@ func (l *Limiter) layoutEntries(home *entry) []*entry {
 		}
 	}
 	return old
+}
+
+// chargeParts charges cost to the parts of key in home's layout at t,
+// each its share (sharding.Share), and returns the home entry (the one
+// that took its place, if it was replaced meanwhile) and the serial of the
+// round that carries what the parts owe, 0 if they owe nothing.
+func (l *Limiter) chargeParts(key string, limit hybridlimit.Limit, shards int, home *entry, cost, t int64) (*entry, uint64, error) {
+	var serial uint64
+	var charged int64
+	at := home.layout()
+	for j := range at.shards {
+		share := sharding.Share(cost, j, at.shards)
+		e, owed, err := l.chargePart(key, limit, shards, j, at, share, t)
+		if err != nil {
+			if j == 0 {
+				return nil, 0, err
+			}
+			return nil, 0, fmt.Errorf("sync: %d of a charge of %d charged to key %q, on the first %d of its %d parts: %w",
+				charged, cost, key, j, at.shards, err)
+		}
+		charged += share
+		if j == int(home.shard) {
+			home = e
+		}
+		if owed > 0 {
+			serial = max(serial, l.flag(e, 0, false))
+		}
+	}
+	return home, serial, nil
+}
+
+// chargePart charges share to part j of key in layout at (the home part,
+// for a whole key) at t, and returns the entry charged and what it owes
+// after: the entry that took its place if the one looked up was evicted
+// meanwhile, and the home part of the key's layout if the key moved to
+// another (a move carries what the old parts owe to it the same way).
+func (l *Limiter) chargePart(key string, limit hybridlimit.Limit, shards, j int, at layout, share, t int64) (*entry, int64, error) {
+	for {
+		e, err := l.entry(key, limit, shards)
+		if err == nil && e.layout() == at && j != int(e.shard) {
+			e, err = l.part(key, limit, j, at)
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("sync: a charge of key %q not recorded: %w", key, err)
+		}
+		owed, ok, err := l.charge(e, share, t)
+		if err != nil || ok {
+			return e, owed, err
+		}
+	}
 }
 
 // fallOverEvery is how many sync intervals apart a split key's home turns
@@ -203,7 +370,7 @@ func (l *Limiter) fallOver(home *entry, limit hybridlimit.Limit, cost int64, now
 // after any ask: what refilled since the last one.
 func (l *Limiter) spare(p *entry, t int64) bool {
 	return p != nil && p.denyUntil.Load() <= t &&
-		float64(p.partLeft.Load()) >= max(1, partLimit(p).TokensIn(l.cfg.interval))
+		float64(p.left.Load()) >= max(1, partLimit(p).TokensIn(l.cfg.interval))
 }
 
 // worthTurning reports whether fallOver may turn to p at t: p has tokens
@@ -211,6 +378,18 @@ func (l *Limiter) spare(p *entry, t int64) bool {
 // was not that it is empty.
 func (l *Limiter) worthTurning(p *entry, t int64) bool {
 	return l.spare(p, t) || p != nil && p.denyUntil.Load() <= t && t-p.heardAt.Load() >= fallOverEvery*int64(l.cfg.interval)
+}
+
+// heardLeft records left, the tokens Redis said e's bucket holds, and the
+// key's tokens left that decisions report: left itself for a whole key,
+// the sum over its parts for a split one (sumParts).
+func (l *Limiter) heardLeft(e *entry, left int64) {
+	e.left.Store(left)
+	if e.whole() {
+		e.remaining.Store(left)
+		return
+	}
+	l.sumParts(e)
 }
 
 // sumParts returns the tokens left in the global buckets of every part of
@@ -234,7 +413,7 @@ func (l *Limiter) sumParts(e *entry) {
 			sum += sharding.Part(limit, j, s).Burst
 			continue
 		}
-		sum += p.partLeft.Load()
+		sum += p.left.Load()
 		found = append(found, p)
 	}
 	for _, p := range found {

@@ -184,7 +184,7 @@ func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) account
 		Live:    max(l.live.Load(), 1),
 		Demand:  e.ledger.Use.Rate,
 		Held:    e.avail.Load(),
-		Left:    e.partLeft.Load(),
+		Left:    e.left.Load(),
 		Unused:  time.Duration(l.nanos(now) - e.ledger.Use.UsedAt),
 		Serving: e.key == e.owner || l.turnedTo(e, now),
 	}
@@ -276,12 +276,7 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	l.owing.answered(e, m, !m.reply.Moved(), e.ledger.SentAt)
 	k := account.Look{T: t, Owed: l.owing.owed(e), Closed: l.closed.Load()}
 	left := e.ledger.Apply(l.mode, &e.avail, k, m.wire, m.reply)
-	e.partLeft.Store(left)
-	if e.shards > 1 {
-		l.sumParts(e)
-	} else {
-		e.remaining.Store(left)
-	}
+	l.heardLeft(e, left)
 	e.resetAfter.Store(int64(time.Duration(m.reply.ResetUS) * time.Microsecond))
 	e.ledger.NextSync = t + int64(l.pol.Next(l.view(e, m.limit, now), seed(e)))
 	switch {
@@ -302,5 +297,5 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 // e.ledger.NextSync.
 func (l *Limiter) emptyUntil(now time.Time, e *entry, m *message) int64 {
 	retry := int64(time.Duration(m.reply.RetryUS) * time.Microsecond)
-	return account.EmptyUntil(l.nanos(now), retry, e.ledger.NextSync, !l.lowLimit(e), e.gen > 0, l.cfg.interval)
+	return account.EmptyUntil(l.nanos(now), retry, e.ledger.NextSync, !l.lowLimit(e), e.resharded(), l.cfg.interval)
 }

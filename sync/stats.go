@@ -239,7 +239,7 @@ func (l *Limiter) tally(now int64) (admitted uint64, outstanding, split, debt in
 		l.scatterUnlock(e)
 		admitted += uint64(consumed)
 		outstanding += held
-		if e.shards > 1 && e.key == e.owner {
+		if !e.whole() && e.key == e.owner {
 			split++
 		}
 		debt += e.debt(now)
