@@ -13,18 +13,47 @@ import (
 
 // BenchmarkSyncScript measures one call of the sync script carrying 256
 // reserve messages that each top up a key, over a keyspace of about 100,000 keys:
-// the unit a round of the hybrid limiter is made of. us/key is the time
-// Redis spent in the script per key message (INFO commandstats), which the
-// client's share of the op (encoding, decoding) does not include. The
+// the unit a round of the hybrid limiter is made of (message/keys=256).
+// redis-us/key is the time Redis spent in the script per key message
+// (INFO commandstats) and redis-cpu-us/key its main thread's CPU, which
+// the client's share of the op (encoding, decoding) does not include. The
 // same with one message a call (keys=1) adds to that the fixed cost of a
 // call, which a node pays for every call whatever it carries.
+//
+// floor is what no script for these messages can go below: syncFloor,
+// which makes only the two calls a message needs, HMGET of the fields
+// sync.lua reads and HSET of the two it writes at every message, on the
+// same keys, with the same ARGV and a reply of the same size, and neither
+// parses nor formats a number. message over floor is what the script's
+// own work costs per message.
 func BenchmarkSyncScript(b *testing.B) {
-	for _, perCall := range []int{1, 256} {
-		b.Run("keys="+strconv.Itoa(perCall), func(b *testing.B) { benchSyncScript(b, perCall) })
+	for _, bench := range []struct {
+		name   string
+		script *Script
+	}{{"message", Sync}, {"floor", syncFloor}} {
+		for _, perCall := range []int{1, 256} {
+			b.Run(bench.name+"/keys="+strconv.Itoa(perCall), func(b *testing.B) { benchSyncScript(b, bench.script, perCall) })
+		}
 	}
 }
 
-func benchSyncScript(b *testing.B, perCall int) {
+// syncFloor is BenchmarkSyncScript's floor: sync.lua's calls for a reserve
+// message and nothing else. It writes the ledger field and the bucket's
+// time as text of the lengths sync.lua's are (`seq epoch total now_s`, a
+// %.17g number), and replies nine zeros a message.
+var syncFloor = NewScript("sync_floor", `
+local lfield = 'l:' .. ARGV[4]
+local reply = {}
+for i = 1, (#ARGV - 6) / 3 do
+  local bkey = ARGV[3 * i + 4]
+  redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z', 'g')
+  redis.call('HSET', bkey, lfield, '1000000123 1000 1000000123 1700000000', 't', '1700000000123456.5')
+  local r = 9 * (i - 1)
+  for f = 1, 9 do reply[r + f] = 0 end
+end
+return reply`)
+
+func benchSyncScript(b *testing.B, script *Script, perCall int) {
 	const keyspace = 391 * 256 // about 100,000 keys
 	c := redistest.Standalone(b)
 	ctx := b.Context()
@@ -40,7 +69,7 @@ func benchSyncScript(b *testing.B, perCall int) {
 	seq := int64(epoch)
 	now := int64(1_700_000_000_000_000)
 	next := 0
-	if err := c.ScriptLoad(ctx, Sync.Source()).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, script.Source()).Err(); err != nil {
 		b.Fatal(err)
 	}
 	var buf []byte
@@ -67,7 +96,7 @@ func benchSyncScript(b *testing.B, perCall int) {
 			a[0], a[1], a[2] = &keys[2*(from+j)], &keys[2*(from+j)+1], all[start:end]
 			start = end
 		}
-		reply, err := Sync.EvalShaInts(ctx, c, keys[2*from:2*from+1], args).Result()
+		reply, err := script.EvalShaInts(ctx, c, keys[2*from:2*from+1], args).Result()
 		if err != nil {
 			b.Fatal(err)
 		}
