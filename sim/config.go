@@ -18,7 +18,10 @@ type Config struct {
 	// reply arrives RTT after its request; at 0, at once. DefaultRTT is
 	// the usual value.
 	RTT time.Duration
-	// Parallel bounds the virtual runs going at once (default GOMAXPROCS).
+	// Parallel bounds the virtual runs going at once (default 2 x
+	// GOMAXPROCS: a run is on a CPU about a third of its time, the rest
+	// waiting for its own goroutines, the scripting's and the
+	// transport's, so one run a core leaves the cores idle).
 	// Runs share nothing, so the report does not depend on it.
 	Parallel int
 	// Detail counts, for Report.WriteDiag, the commands and sync messages

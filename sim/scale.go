@@ -34,7 +34,8 @@ type Scaled struct {
 // server (cfg.Standalone is ignored), and returns the reports in the order
 // of scales. The exact strategy runs at the first scale only: it costs one
 // script a decision at any scale, and a large scale of it takes long. The
-// runs go GOMAXPROCS at once, each alone (cfg.Parallel is ignored).
+// runs go 2 x GOMAXPROCS at once, each alone (cfg.Parallel is ignored), as
+// RunVirtual's do by default.
 func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, error) {
 	if len(scales) == 0 {
 		return nil, errors.New("sim: no scale to run")
@@ -86,7 +87,7 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 	for _, j := range jobs {
 		total += len(plan(j.cfg.Strategies, j.cfg.Intervals))
 	}
-	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+	for range min(2*runtime.GOMAXPROCS(0), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
