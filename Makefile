@@ -2,7 +2,7 @@
 GO ?= go
 
 # The stages of make test, in order. Each is a target below, which can also
-# be run alone (make vet); a new stage is its target plus its name here.
+# be run alone (make race); a new stage is its target plus its name here.
 STAGES = redis cc fmt-check alerts vet-untested race
 
 .PHONY: test vet $(STAGES) bench results rls-bench image image-test
@@ -69,9 +69,8 @@ alerts:
 # (go test -vet=all: the same analyzers, on each package and its tests,
 # run as its test binary is built, while other packages' tests wait on
 # the network), and in the stage vet-untested the packages without tests
-# and bench/. Alone, vet cost a fresh clone here 68 s more than the tests'
-# build; inside the race stage about half the CPU, and most of it on a
-# core the tests leave idle.
+# and bench/. Ahead of the tests, vet cost a fresh clone here 68 s more
+# than the tests' build alone; go test -vet=all adds about half that CPU.
 vet:
 	$(GO) vet -race ./...
 	cd bench && $(GO) vet -race ./...
@@ -96,13 +95,12 @@ fmt-check:
 # time: a second pass starving the suite's clocked tests of CPU on two
 # cores would measure the machine, not the limiter. Two fleets at once
 # use about one core (78 s of CPU in 76 s here, against 135 s one at a
-# time), every case 0 tokens over B + r T, though in two of nine cases the
-# load fell over a second behind its schedule for part of the run; three
-# at once, on a machine busy with anything else, left thousands of
+# time), every case 0 tokens over B + r T, though in two of nine cases
+# the load fell over a second behind its schedule for part of the run;
+# three at once, on a machine busy with anything else, left thousands of
 # decisions late and Optimistic past its bound (stop3s: 0.27% over
-# B + r T, against 0.2%). Within a pass, tests
-# that mostly wait (cmd/rls's services, the reset across processes) run
-# four at a time. The first pass names its longest packages first, so
+# B + r T, against 0.2%). Within a pass, tests that mostly wait (cmd/rls's
+# services, the reset across processes) run four at a time. The first pass names its longest packages first, so
 # that ./sync/ (about 190 s, mostly waiting on sync intervals) runs from
 # the start on one lane while the others share the second. Any pass
 # failing fails the stage; all three run. HYBRIDLIMIT_REQUIRE_REDIS=1: a
