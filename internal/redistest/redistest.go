@@ -51,6 +51,11 @@ var shared struct {
 	err        error
 	clusterErr error
 	started    []*Server
+
+	// ports are the ports freePort handed out, each with its cluster bus
+	// port, under their own lock: start runs under mu.
+	portsMu sync.Mutex
+	ports   map[int]bool
 }
 
 // Main removes what crashed runs left, runs the tests, stops every server
@@ -201,17 +206,33 @@ func startOnce(directives []string) (*Server, error) {
 	return s, nil
 }
 
+// freePort returns a loopback port free now that this test binary has not
+// handed out before, as a server's port or its cluster bus port (the port
+// + 10000). A cluster keeps the addresses of the nodes it lost (a master
+// a test killed) and calls them, and Redis Cluster can merge two clusters
+// when a node of one takes the address of a failed node of the other
+// (redis/redis issues 7287 and 5234): with fleet tests' clusters side by
+// side, a new cluster once counted 11 known nodes instead of its 6.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	shared.portsMu.Lock()
+	defer shared.portsMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port+10000 > 65535 || shared.ports[port] || shared.ports[port+10000] {
+			continue
+		}
+		if shared.ports == nil {
+			shared.ports = make(map[int]bool)
+		}
+		shared.ports[port], shared.ports[port+10000] = true, true
+		return port, nil
 	}
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	if port+10000 > 65535 { // the cluster bus listens on port+10000
-		return 0, errors.New("free port too high for a cluster bus port")
-	}
-	return port, nil
+	return 0, errors.New("no free port below 55536 that no server of this test binary had")
 }
 
 func waitReady(addr string, timeout time.Duration) error {
