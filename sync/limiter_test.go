@@ -70,8 +70,8 @@ func newLimiters(t *testing.T, n int, newClient func() hybridlimit.Redis, opts .
 // limiter is still asked several times a millisecond, within a millisecond
 // of any token it could wrongly hand out, at less than half the CPU of
 // workers that ask again at once (the tests that use it: 45 s of CPU
-// against 117 s under -race), which on two cores starved the rest of the
-// suite.
+// against 117 s under -race), CPU the rest of the suite needs on two
+// cores.
 func hammer(ls []*hlsync.Limiter, workers int, key string, limit hybridlimit.Limit, budget int64, after time.Duration) (admitted []int64, err error) {
 	admitted = make([]int64, len(ls))
 	var total atomic.Int64
