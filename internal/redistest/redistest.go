@@ -211,8 +211,8 @@ func startOnce(directives []string) (*Server, error) {
 // + 10000). A cluster keeps the addresses of the nodes it lost (a master
 // a test killed) and calls them, and Redis Cluster can merge two clusters
 // when a node of one takes the address of a failed node of the other
-// (redis/redis issues 7287 and 5234): with fleet tests' clusters side by
-// side, a new cluster once counted 11 known nodes instead of its 6.
+// (redis/redis issues 7287 and 5234): fleet tests run their clusters side
+// by side, and a new one of them can count 11 known nodes instead of its 6.
 func freePort() (int, error) {
 	shared.portsMu.Lock()
 	defer shared.portsMu.Unlock()
