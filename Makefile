@@ -105,7 +105,7 @@ fmt-check:
 # failed their bounds (kill/closed: a cold key denied for Redis's absence;
 # stop3s/fallback: 0.23% over B + r T, against 0.2%); three cases at once,
 # beside a busy machine, left Optimistic past its bound too. Two at once,
-# alone, took 74 to 76 s here and failed one run of seven on a fresh clone
+# alone, took 74 to 76 s here and failed one run of eight on a fresh clone
 # (stop3s/optimistic: 6,281 decisions late, 0.226% over); one at a time
 # takes 135 s. Any pass failing fails the stage; all three run.
 # HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
