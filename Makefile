@@ -86,35 +86,34 @@ fmt-check:
 	@out="$$("$$($(GO) env GOROOT)/bin/gofmt" -l .)" || exit 1; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The race stage runs three passes. The first, every package but for the
-# fleet failover tests, runs beside the second, the hybrid limiter's suite
-# a second time with every key's allowance spread over per-CPU counters,
-# which only hot keys get by default, less the tests that run in the
-# default build only (sync's defaultBuildOnly: processes, faults, and load
-# on keys they stripe themselves); its output follows the first's. The
-# first names its longest packages first so that ./sync/ (about 150 s
-# alone, mostly waiting on sync intervals and Redis) starts early; within
-# a package, tests that mostly wait (cmd/rls's services, the reset across
-# processes) run four at a time. Three packages at a time in the first
-# pass (-p 3) kept a fresh clone's cores 97% busy against 85%, 25 s
-# sooner, but beside the second suite on a warm cache it left a call of
-# cmd/rls's TestRedisStopped waiting past its 10 ms for Redis to answer.
-# The fleet failover tests of sync (a cluster and several processes of
-# their own each, some 13 s apiece, two at a time: about one core) run
-# last, alone: beside the second suite, on a warm build cache, six cases
-# of nine fell thousands of decisions behind their schedule and two
-# failed their bounds (kill/closed: a cold key denied for Redis's absence;
-# stop3s/fallback: 0.23% over B + r T, against 0.2%); three cases at once,
-# beside a busy machine, left Optimistic past its bound too. Two at once,
-# alone, took 74 to 76 s here and failed one run of eight on a fresh clone
-# (stop3s/optimistic: 6,281 decisions late, 0.226% over); one at a time
-# takes 135 s. Any pass failing fails the stage; all three run.
+# fleet failover tests, three packages at a time, runs beside the second,
+# the hybrid limiter's suite a second time with every key's allowance
+# spread over per-CPU counters, which only hot keys get by default, less
+# the tests that run in the default build only (sync's defaultBuildOnly:
+# processes, faults, and load on keys they stripe themselves); its output
+# follows the first's. The first names its longest packages first so that
+# ./sync/ (about 150 s alone, mostly waiting on sync intervals and Redis)
+# starts early; within a package, tests that mostly wait (cmd/rls's
+# services, the reset across processes) run four at a time. Three
+# packages at a time keep a fresh clone's two cores 97% busy in the first
+# pass, against 85% at two. The fleet failover tests of sync (a cluster
+# and several processes of their own each, some 13 s apiece, two at a
+# time: about one core) run last, alone: beside the second suite on a warm
+# build cache, six cases of nine fell thousands of decisions behind their
+# schedule and two failed their bounds (kill/closed: a cold key denied for
+# Redis's absence; stop3s/fallback: 0.23% over B + r T, against 0.2%);
+# beside two busy loops at nice 19 two of nine failed theirs; three cases
+# at once, beside a busy machine, left Optimistic past its bound too. Two
+# at once, alone, took 74 to 77 s here and failed one run of eight on a
+# fresh clone (stop3s/optimistic: 6,281 decisions late, 0.226% over); one
+# at a time takes 135 s. Any pass failing fails the stage; all three run.
 # HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
 # instead of skipping them.
 RACE = HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -parallel 4 -timeout 15m
 race:
 	@striped=$$(mktemp); \
 	$(RACE) -tags hybridlimit_stripeall ./sync/ >$$striped 2>&1 & sp=$$!; \
-	$(RACE) -vet=all -skip 'TestFleetFailover' ./sync/ ./cmd/rls/ ./global/ ./sim/ ./...; rc=$$?; \
+	$(RACE) -p 3 -vet=all -skip 'TestFleetFailover' ./sync/ ./cmd/rls/ ./global/ ./sim/ ./...; rc=$$?; \
 	wait $$sp; rs=$$?; \
 	echo "== ./sync/ built with -tags hybridlimit_stripeall:"; cat $$striped; rm -f $$striped; \
 	echo "== ./sync/, the fleet failover tests:"; $(RACE) -parallel 2 -run 'TestFleetFailover' ./sync/; rf=$$?; \

@@ -510,24 +510,32 @@ func TestRedisStopped(t *testing.T) {
 			e := env(t, runtimeDir(t, map[string]string{"basic.yaml": basicYAML}), "REDIS_URL", srv.Addr, "HYBRIDLIMIT_FAILURE_POLICY", policy,
 				"HYBRIDLIMIT_MAX_WAIT", "10ms")
 			p := start(t, rlsBinary(t), e)
-			// The first call dials Redis, which under -race on a loaded
-			// machine can outlast 10ms: calls of another key open the
-			// connection, until one is Redis's answer, not the policy's,
-			// before the calls that check Redis's answers.
-			waitFor(t, "Redis to answer within 10ms", func() bool {
-				before := p.metric("hybridlimit_rls_failure_policy_decisions")
-				_, err := p.call(request("basic", 0, entries("key1", "warm")))
-				return err == nil && p.metric("hybridlimit_rls_failure_policy_decisions") == before
-			})
 			// A limit of 20 an hour (a token every 3 minutes, so none
-			// refills during the test), 5 spent while Redis answers.
-			paid := request("basic", 0, entries("key1", "paid"))
-			paid.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 20, Unit: typepb.RateLimitUnit_HOUR}
-			for i := 1; i <= 5; i++ {
-				if r := p.mustCall(paid); r.Statuses[0].LimitRemaining != uint32(20-i) {
-					t.Fatalf("call %d with Redis up: %v", i, r)
+			// refills during the test), 5 spent while Redis answers, each
+			// call a fetch. Under -race on a loaded machine a fetch (the
+			// first dials Redis) can outlast 10ms, and the policy answers
+			// instead: it spends from the share (fallback-local) or refuses
+			// (error). A key the policy answered is left for a new one, until
+			// one key's five calls are all Redis's answers.
+			var paid *rlspb.RateLimitRequest
+			keys := 0
+			waitFor(t, "five calls of one key answered by Redis within 10ms", func() bool {
+				keys++
+				paid = request("basic", 0, entries("key1", "paid"+strconv.Itoa(keys)))
+				paid.Descriptors[0].Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 20, Unit: typepb.RateLimitUnit_HOUR}
+				for i := 1; i <= 5; i++ {
+					before := p.metric("hybridlimit_rls_failure_policy_decisions")
+					r, err := p.call(paid)
+					if p.metric("hybridlimit_rls_failure_policy_decisions") != before {
+						t.Logf("key %d, call %d: answered by the policy, not Redis", keys, i)
+						return false
+					}
+					if err != nil || r.Statuses[0].LimitRemaining != uint32(20-i) {
+						t.Fatalf("call %d with Redis up: %v %v, want %d remaining", i, r, err, 20-i)
+					}
 				}
-			}
+				return true
+			})
 			worst := time.Duration(0)
 			// answered checks one call made with Redis down: within the
 			// bound, and answered by the policy.
