@@ -41,11 +41,7 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 		return nil, errors.New("sim: no scale to run")
 	}
 	out := make([]Scaled, len(scales))
-	type job struct {
-		cfg   Config
-		store **Report
-	}
-	var jobs []job
+	var jobs []sweepRun
 	for i, f := range scales {
 		sc, err := scale(cfg.Scenario, f)
 		if err != nil {
@@ -70,18 +66,35 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 			if standalone {
 				store = &out[i].OneServer
 			}
-			jobs = append(jobs, job{c, store})
+			jobs = append(jobs, sweepRun{c, store})
 		}
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if err := runSweep(ctx, cfg.Progress, jobs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// sweepRun is one virtual run of a sweep (RunScales, RunTail) and where its
+// report goes.
+type sweepRun struct {
+	cfg   Config
+	store **Report
+}
+
+// runSweep runs jobs in virtual time, 2 x GOMAXPROCS at once, each alone
+// (its cfg.Parallel 1), as RunVirtual's runs go by default, and reports
+// every run to progress as it ends.
+func runSweep(ctx context.Context, progress func(done, total int, r Result), jobs []sweepRun) error {
 	var (
 		wg   stdsync.WaitGroup
 		mu   stdsync.Mutex
 		errs []error
 		done int
-		next = make(chan job)
+		next = make(chan sweepRun)
 	)
 	total := 0
 	for _, j := range jobs {
@@ -94,10 +107,10 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 			for j := range next {
 				c := j.cfg
 				c.Progress = func(_, _ int, r Result) {
-					if cfg.Progress != nil {
+					if progress != nil {
 						mu.Lock()
 						done++
-						cfg.Progress(done, total, r)
+						progress(done, total, r)
 						mu.Unlock()
 					}
 				}
@@ -116,10 +129,7 @@ func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, err
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return errors.Join(errs...)
 }
 
 // firstSights returns how many requests of sc's stream are the first an

@@ -50,6 +50,7 @@ func main() {
 type options struct {
 	cfg      sim.Config
 	scales   []float64 // -scale
+	tail     []int     // -tail
 	live     bool
 	target   sim.LiveTarget
 	json     bool
@@ -104,6 +105,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		standalone = fs.Bool("standalone", false, "virtual: model one Redis server, not a cluster (one script call a round)")
 		linger     = fs.Duration("linger", 0, "hybrid: how long a decision out of allowance waits for others before their keys go to Redis together (sync.Tuning.FetchLinger)")
 		scales     = fs.String("scale", "", "virtual: comma list of factors, such as 1,10,100, by which to multiply the request rate and every key's limit: one table of cost against traffic, as a cluster and on one server (default strategies exact,reserve at 200ms; exact at the first scale only)")
+		tail       = fs.String("tail", "", "virtual: comma list of key counts, such as 20,200,2000,20000, over which to spread the same requests: one table of Redis cost against how often an instance sees a key (default strategies exact,reserve at 200ms)")
 		cpuprof    = fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`, for go tool pprof")
 	)
 	fs.Usage = func() {
@@ -152,7 +154,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, bad("%s", strings.TrimPrefix(err.Error(), "sim: "))
 	}
-	if *scales != "" {
+	if *scales != "" || *tail != "" {
 		if !set["strategies"] {
 			*strategies = "exact,reserve"
 		}
@@ -197,6 +199,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, bad("-rtt is for virtual mode; live mode has the real one")
 	case *live && *standalone:
 		return nil, bad("-standalone is for virtual mode; live mode uses the Redis it is given")
+	case *tail != "" && (*scales != "" || set["keys"] || *live || *diag || *csvFile != "" || *svgFile != ""):
+		return nil, bad("-tail runs virtual mode over its own key counts and writes a table or -json; not with -scale, -keys, -live, -diag, -csv or -svg")
 	case *scales != "" && (*live || *standalone || *diag || *csvFile != "" || *svgFile != ""):
 		return nil, bad("-scale runs virtual mode, as a cluster and on one server, and writes a table or -json; not with -live, -standalone, -diag, -csv or -svg")
 	case set["workers"] && (*workers < 1 || *workers > sim.MaxWorkers):
@@ -210,6 +214,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if *scales != "" {
 		if o.scales, err = sim.ParseScales(*scales); err != nil {
 			return nil, bad("-scale: %s", strings.TrimPrefix(err.Error(), "sim: "))
+		}
+	}
+	if *tail != "" {
+		if o.tail, err = sim.ParseKeyCounts(*tail); err != nil {
+			return nil, bad("-tail: %s", strings.TrimPrefix(err.Error(), "sim: "))
 		}
 	}
 	o.target = sim.LiveTarget{Addr: *redisAddr, Workers: *workers, Durable: *durable, MaxWait: *maxWait}
@@ -246,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				len(strconv.Itoa(total)), done, total, time.Since(start).Seconds(), r.Label(),
 				pctStr(r.OvershootRatio), r.RedisCmdsPerDecision, r.Elapsed.Seconds())
 		}
-		if o.scales == nil {
+		if o.scales == nil && o.tail == nil {
 			title, _ := describe(o)
 			fmt.Fprintf(stderr, "sim: %d runs of %s; each is reported as it ends\n", runCount(o.cfg), title)
 		}
@@ -261,6 +270,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.scales != nil {
 		return runScales(ctx, o, stdout, stderr, start)
+	}
+	if o.tail != nil {
+		return runTail(ctx, o, stdout, stderr, start)
 	}
 	var rep *sim.Report
 	if o.live {
@@ -497,6 +509,55 @@ func runScales(ctx context.Context, o *options, stdout, stderr io.Writer, start 
 		return fail(stderr, err)
 	}
 	return 0
+}
+
+// runTail runs the scenario over each of o.tail's key counts and writes
+// one table.
+func runTail(ctx context.Context, o *options, stdout, stderr io.Writer, start time.Time) int {
+	if o.progress {
+		title, _ := describe(o)
+		fmt.Fprintf(stderr, "sim: %s over %v keys; each run is reported as it ends\n", title, o.tail)
+	}
+	tails, err := sim.RunTail(ctx, o.cfg, o.tail)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if o.progress {
+		fmt.Fprintf(stderr, "sim: done in %.1fs\n", time.Since(start).Seconds())
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(tails)
+	} else {
+		err = writeTail(stdout, tails, o)
+	}
+	if err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
+
+// writeTail writes the table of a -tail run, with what it shows.
+func writeTail(w io.Writer, tails []sim.Tail, o *options) error {
+	title, load := describe(o)
+	load = strings.Replace(load, fmt.Sprintf("%d keys", o.cfg.Scenario.Keys), "the keys of each row", 1)
+	if _, err := fmt.Fprintf(w, "Scenario %s, over %d key counts:\n%s.\n\n", title, len(tails), upper(load)); err != nil {
+		return err
+	}
+	if err := sim.WriteTailTable(w, tails); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(w, `
+  per key, instance, interval  decisions an instance makes of one key per sync interval, on
+                 average: under about one, most of them are the first the instance makes of the key
+                 in a while, and Reserve fetches for each, as the exact limiter asks Redis for each
+  key msgs/decision  key messages Redis ran (a script on one key is one, a sync call one per key
+                 it carries) per request decided: what Redis's CPU goes on
+  cmds/decision  commands sent per request decided (a sync call carries several key messages)
+  first sights/decision, overshoot, worst window: as in -scale's table and the default one
+`)
+	return err
 }
 
 // writeScales writes the table of a -scale run, with what it shows.

@@ -59,6 +59,9 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "0"}, "-workers 0 is outside [1, 4096]"},
 		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "-1"}, "-workers -1 is outside [1, 4096]"},
 		{[]string{"-live", "-redis", "127.0.0.1:1", "-workers", "4096", "-instances", "1024"}, "-workers 4096 x -instances 1024"},
+		{[]string{"-tail", "20,0"}, `-tail: key count "0"`},
+		{[]string{"-tail", "20", "-keys", "5"}, "not with -scale, -keys"},
+		{[]string{"-tail", "20", "-scale", "1,10"}, "not with -scale, -keys"},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runSim(t, tt.args...)
