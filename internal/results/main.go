@@ -181,6 +181,8 @@ type data struct {
 	// Scale and ScaleTick: -scale 1,10,100, by default and with the
 	// fetch linger a quarter interval.
 	Scale, ScaleTick ScaleRun
+	// Tail: -tail over 20 to 100,000 keys of one stream.
+	Tail TailRun
 
 	LiveOne, LiveEight SimRun
 
@@ -246,6 +248,27 @@ type ScaleRun struct {
 	Cmd    string
 	Scaled []sim.Scaled
 	Took   string
+}
+
+// TailRun is one cmd/sim -tail run.
+type TailRun struct {
+	Cmd   string
+	Tails []sim.Tail
+	Took  string
+}
+
+// tailJSON runs cmd/sim -tail with args and -json.
+func (r *runner) tailJSON(shown string) (TailRun, error) {
+	t := time.Now()
+	out, err := r.exec(nil, r.sim, append(strings.Fields(shown), "-json", "-q")...)
+	if err != nil {
+		return TailRun{}, err
+	}
+	var tails []sim.Tail
+	if err := json.Unmarshal([]byte(out), &tails); err != nil {
+		return TailRun{}, fmt.Errorf("sim %s: %w", shown, err)
+	}
+	return TailRun{Cmd: "go run ./cmd/sim " + shown, Tails: tails, Took: since(t)}, nil
 }
 
 // scaleJSON runs cmd/sim -scale with args and -json.
@@ -336,7 +359,10 @@ func (r *runner) simulate(d *data, svg string) error {
 	if d.Scale, err = r.scaleJSON("-scale 1,10,100"); err != nil {
 		return err
 	}
-	d.ScaleTick, err = r.scaleJSON("-scale 1,10,100 -strategies reserve -linger 50ms")
+	if d.ScaleTick, err = r.scaleJSON("-scale 1,10,100 -strategies reserve -linger 50ms"); err != nil {
+		return err
+	}
+	d.Tail, err = r.tailJSON("-scenario uniform -rate 20000 -limit 10 -tail 20,200,2000,20000,100000")
 	return err
 }
 

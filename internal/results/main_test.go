@@ -126,6 +126,12 @@ func TestPageRenders(t *testing.T) {
 		scale.Scaled = append(scale.Scaled, sim.Scaled{Scale: f, Rate: 6000 * f, Limit: 100 * int64(f),
 			FirstSights: 8000, Cluster: rep(12000 - 1000*int64(k)), OneServer: rep(6000)})
 	}
+	tail := TailRun{Cmd: "go run ./cmd/sim -tail 20,2000"}
+	for _, k := range []int{20, 2000} {
+		r := res(sim.Reserve, 200)
+		r.Decisions, r.KeyMessages, r.RedisCmdsPerDecision = 1000, 100*int64(k/20), 0.5
+		tail.Tails = append(tail.Tails, sim.Tail{Keys: k, Instances: 8, Rate: 20000, FirstSights: 10, Report: &sim.Report{Results: []sim.Result{r}}})
+	}
 	benches := BenchRun{Cmd: "go test -bench 'A|B'", Results: parseBench(benchOut + `
 BenchmarkBucketAllow/admit=all-2 	1000	30 ns/op
 BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
@@ -136,7 +142,7 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		HighRate: virtual, HighRateSA: virtual, Diag: virtual, LiveOne: live, LiveEight: live,
 		Tests:   []TestRun{{Title: "a test", Cmd: "go test", Log: "--- PASS: TestX (1s)"}},
 		HotPath: benches, DenyEmpty: benches, LocalBucket: benches, LocalTable: benches, Steady: benches,
-		SyncRound: benches, RedisMem: benches, Scale: scale, ScaleTick: scale,
+		SyncRound: benches, RedisMem: benches, Scale: scale, ScaleTick: scale, Tail: tail,
 	}
 	var page, head bytes.Buffer
 	if err := pageTmpl.Execute(&page, d); err != nil {
@@ -157,6 +163,7 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 		"| 0.3000 | 1 | 45.6µs | 45.6µs |",
 		"from 12000 to 11000 as a\ncluster",
 		"293ns against 45.6µs (1/156)",
+		"| 2000 | 0.25 | reserve 200ms | 0.10% | 0.00% | 10.0000 | 0.5000 | 0.0100 |", // the long tail
 	} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %q:\n%s", want, page.String())
