@@ -399,7 +399,7 @@ func TestSplitKeyMarkersRenewed(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	clk := clock.New(time.Now())
 	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: time.Hour})
-	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), answeredRounds, auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000) // markers live 10 minutes: twice its refill time is less
 	step := stepper(t, l, clk)
@@ -665,7 +665,7 @@ func TestMergedKeyStaysMerged(t *testing.T) {
 	// key, idle, was seen to send 3 in one window on a loaded machine
 	// (its bucket refills on Redis's clock, not the test's).
 	auto := hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 5, Below: 1, Hold: time.Second})
-	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), auto)
+	l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0), answeredRounds, auto)
 	ctx := context.Background()
 	limit := hybridlimit.PerSecond(100_000)
 	step := stepper(t, l, clk)
@@ -762,7 +762,7 @@ func TestCloseAfterReshardHandsBackAll(t *testing.T) {
 func resharder(t *testing.T, rdb hybridlimit.Redis, clk *clock.Virtual, prefix, id string) *hlsync.Limiter {
 	t.Helper()
 	return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
-		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0),
+		hlsync.WithSyncInterval(100*time.Millisecond, 0), hlsync.WithLowLimitThreshold(0), answeredRounds,
 		hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 0.5, Below: 0.25, Hold: time.Hour}))
 }
 
@@ -882,7 +882,7 @@ func TestStaleMergeLeavesMergedBucket(t *testing.T) {
 	ctx := context.Background()
 	mk := func(id string, hold time.Duration) *hlsync.Limiter {
 		return clocked(t, rdb, clk, hlsync.WithPrefix(prefix), hlsync.WithInstanceID(id),
-			hlsync.WithSyncInterval(100*time.Millisecond, 0),
+			hlsync.WithSyncInterval(100*time.Millisecond, 0), answeredRounds,
 			hlsync.WithAutoSplit(hlsync.AutoSplit{Max: 3, Above: 2, Below: 1, Hold: hold}))
 	}
 	a, b := mk("a", time.Second), mk("b", 3*time.Second)

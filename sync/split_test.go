@@ -300,7 +300,7 @@ func TestSplitKeySpendsPartsNoOneCallsHome(t *testing.T) {
 	clk := clock.New(time.Now())
 	const interval = 100 * time.Millisecond
 	l := clocked(t, redistest.Standalone(t), clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(interval, 0.1),
-		hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return 4 }))
+		answeredRounds, hlsync.WithSplitKeys(func(string, hybridlimit.Limit) int { return 4 }))
 	ctx := context.Background()
 	limit := frozen(400)
 	var admitted, ticks int
