@@ -192,11 +192,20 @@ func without(ss []Strategy, drop Strategy) []Strategy {
 
 // ParseScales parses a comma list of scales, such as "1,10,100".
 func ParseScales(s string) ([]float64, error) {
-	var out []float64
+	return parseList(s, "scale %q is not a positive number", func(f string) (float64, bool) {
+		x, err := strconv.ParseFloat(f, 64)
+		return x, err == nil && x > 0 && !math.IsInf(x, 0)
+	})
+}
+
+// parseList parses a comma list of items, each trimmed and read by parse,
+// which reports whether it is good; a bad one is named by the format bad.
+func parseList[T any](s, bad string, parse func(string) (T, bool)) ([]T, error) {
+	var out []T
 	for _, f := range strings.Split(s, ",") {
-		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(x > 0) || math.IsInf(x, 0) {
-			return nil, fmt.Errorf("sim: scale %q is not a positive number", f)
+		x, ok := parse(strings.TrimSpace(f))
+		if !ok {
+			return nil, fmt.Errorf("sim: "+bad, f)
 		}
 		out = append(out, x)
 	}

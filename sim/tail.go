@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -69,15 +68,10 @@ func (t Tail) PerInterval(r Result) float64 {
 // ParseKeyCounts parses a comma list of key counts, such as
 // "20,2000,100000".
 func ParseKeyCounts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			return nil, fmt.Errorf("sim: key count %q is not a positive integer", f)
-		}
-		out = append(out, k)
-	}
-	return out, nil
+	return parseList(s, "key count %q is not a positive integer", func(f string) (int, bool) {
+		k, err := strconv.Atoi(f)
+		return k, err == nil && k >= 1
+	})
 }
 
 // WriteTailTable writes one row per strategy and sync interval at each

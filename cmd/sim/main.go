@@ -269,10 +269,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer stop()
 	}
 	if o.scales != nil {
-		return runScales(ctx, o, stdout, stderr, start)
+		return runSweep(o, stdout, stderr, start, fmt.Sprintf("at scales %v, as a cluster and on one server", o.scales),
+			func() ([]sim.Scaled, error) { return sim.RunScales(ctx, o.cfg, o.scales) }, writeScales)
 	}
 	if o.tail != nil {
-		return runTail(ctx, o, stdout, stderr, start)
+		return runSweep(o, stdout, stderr, start, fmt.Sprintf("over %v keys", o.tail),
+			func() ([]sim.Tail, error) { return sim.RunTail(ctx, o.cfg, o.tail) }, writeTail)
 	}
 	var rep *sim.Report
 	if o.live {
@@ -485,13 +487,15 @@ func upper(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// runScales runs the scenario at each of o.scales and writes one table.
-func runScales(ctx context.Context, o *options, stdout, stderr io.Writer, start time.Time) int {
+// runSweep runs a sweep of virtual runs (-scale, -tail: run, described
+// by what on stderr) and writes its table (write) or its JSON.
+func runSweep[T any](o *options, stdout, stderr io.Writer, start time.Time, what string,
+	run func() (T, error), write func(io.Writer, T, *options) error) int {
 	if o.progress {
 		title, _ := describe(o)
-		fmt.Fprintf(stderr, "sim: %s at scales %v, as a cluster and on one server; each run is reported as it ends\n", title, o.scales)
+		fmt.Fprintf(stderr, "sim: %s %s; each run is reported as it ends\n", title, what)
 	}
-	scaled, err := sim.RunScales(ctx, o.cfg, o.scales)
+	out, err := run()
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -501,36 +505,9 @@ func runScales(ctx context.Context, o *options, stdout, stderr io.Writer, start 
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(scaled)
+		err = enc.Encode(out)
 	} else {
-		err = writeScales(stdout, scaled, o)
-	}
-	if err != nil {
-		return fail(stderr, err)
-	}
-	return 0
-}
-
-// runTail runs the scenario over each of o.tail's key counts and writes
-// one table.
-func runTail(ctx context.Context, o *options, stdout, stderr io.Writer, start time.Time) int {
-	if o.progress {
-		title, _ := describe(o)
-		fmt.Fprintf(stderr, "sim: %s over %v keys; each run is reported as it ends\n", title, o.tail)
-	}
-	tails, err := sim.RunTail(ctx, o.cfg, o.tail)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	if o.progress {
-		fmt.Fprintf(stderr, "sim: done in %.1fs\n", time.Since(start).Seconds())
-	}
-	if o.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(tails)
-	} else {
-		err = writeTail(stdout, tails, o)
+		err = write(stdout, out, o)
 	}
 	if err != nil {
 		return fail(stderr, err)

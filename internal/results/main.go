@@ -257,32 +257,30 @@ type TailRun struct {
 	Took  string
 }
 
-// tailJSON runs cmd/sim -tail with args and -json.
-func (r *runner) tailJSON(shown string) (TailRun, error) {
+// sweepJSON runs cmd/sim with shown (a -scale or -tail sweep) and -json,
+// and returns what it wrote, the command as shown and how long it took.
+func sweepJSON[T any](r *runner, shown string) (out T, cmd, took string, err error) {
 	t := time.Now()
-	out, err := r.exec(nil, r.sim, append(strings.Fields(shown), "-json", "-q")...)
+	raw, err := r.exec(nil, r.sim, append(strings.Fields(shown), "-json", "-q")...)
 	if err != nil {
-		return TailRun{}, err
+		return out, "", "", err
 	}
-	var tails []sim.Tail
-	if err := json.Unmarshal([]byte(out), &tails); err != nil {
-		return TailRun{}, fmt.Errorf("sim %s: %w", shown, err)
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return out, "", "", fmt.Errorf("sim %s: %w", shown, err)
 	}
-	return TailRun{Cmd: "go run ./cmd/sim " + shown, Tails: tails, Took: since(t)}, nil
+	return out, "go run ./cmd/sim " + shown, since(t), nil
 }
 
 // scaleJSON runs cmd/sim -scale with args and -json.
 func (r *runner) scaleJSON(shown string) (ScaleRun, error) {
-	t := time.Now()
-	out, err := r.exec(nil, r.sim, append(strings.Fields(shown), "-json", "-q")...)
-	if err != nil {
-		return ScaleRun{}, err
-	}
-	var s []sim.Scaled
-	if err := json.Unmarshal([]byte(out), &s); err != nil {
-		return ScaleRun{}, fmt.Errorf("sim %s: %w", shown, err)
-	}
-	return ScaleRun{Cmd: "go run ./cmd/sim " + shown, Scaled: s, Took: since(t)}, nil
+	s, cmd, took, err := sweepJSON[[]sim.Scaled](r, shown)
+	return ScaleRun{Cmd: cmd, Scaled: s, Took: took}, err
+}
+
+// tailJSON runs cmd/sim -tail with args and -json.
+func (r *runner) tailJSON(shown string) (TailRun, error) {
+	tails, cmd, took, err := sweepJSON[[]sim.Tail](r, shown)
+	return TailRun{Cmd: cmd, Tails: tails, Took: took}, err
 }
 
 // Row returns the result of strategy at interval ("" for exact, local).
