@@ -102,41 +102,6 @@ func TestLedgerReserveSteps(t *testing.T) {
 	})
 }
 
-// TestLedgerReserveAfterLostHandBack hands tokens back, loses the reply,
-// then has decisions waiting: until a reply comes it asks for nothing. Its
-// base (700) may be above Redis's total (650, if the hand-back arrived),
-// which Redis raises to the base whatever the bucket holds: with more
-// asked, that would grant it past the bucket.
-func TestLedgerReserveAfterLostHandBack(t *testing.T) {
-	r := Reserve{Policy: testPolicy()}
-	l := Ledger{Issued: 700, Acked: 700}
-	c := plain(50) // 650 admitted, 50 held
-	for i, step := range []struct {
-		waiting     int64
-		final, lost bool
-		reply       int64 // the reply's total
-		value       int64
-	}{
-		{final: true, lost: true, value: 650}, // all 50 handed back; the reply is lost
-		{waiting: 5, lost: true, value: 650},  // decisions wait: nothing asked
-		{waiting: 5, reply: 650, value: 650},  // nor again, until a reply
-		{waiting: 5, value: 650 + 8 + 5},      // the minimum lease and what waits
-	} {
-		h := steady()
-		h.Demand, h.Held = 0, c.Held()
-		l.Waiting = step.waiting
-		m, says := l.Compose(r, &c, Look{Holding: h, Synced: true}, perSecond1000, step.final)
-		if !says || m.Value != step.value || m.Base != l.Acked {
-			t.Fatalf("message %d: says %v, value %d, base %d; want value %d, base %d", i, says, m.Value, m.Base, step.value, l.Acked)
-		}
-		l.Sending(0)
-		l.Answered(!step.lost)
-		if !step.lost {
-			l.Apply(r, &c, Look{}, m, scripts.SyncReply{Total: step.reply})
-		}
-	}
-}
-
 // TestLedgerOptimisticSteps steps an Optimistic key without a budget: a
 // first report, a report with decisions admitted while it was out (the
 // allowance counts from what the message carried), a lost reply and its

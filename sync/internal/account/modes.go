@@ -144,20 +144,9 @@ func (Reserve) Lapse(*Ledger, Counter, int64) {}
 // back what it holds beyond that. What it hands back it takes from the
 // counter first, so that no reply, lost or late, can let this instance
 // spend it.
-//
-// After tokens handed back whose reply was lost, it asks for none until a
-// reply comes. Redis then holds Acked (the hand-back never arrived) or
-// less, the tokens handed back perhaps granted to another instance since,
-// and it raises a ledger below the base (Acked) to the base whatever the
-// bucket holds (a failover may have lost grants): a message that only
-// hands back nets that out, one that asked for more would be granted it
-// past the bucket.
 func (r Reserve) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
 	excess, more := r.Policy.ReserveAsk(k.Holding, l.Waiting, final)
 	l.Withdraw(c, excess)
-	if l.Unacked && l.Issued-k.Owed < l.Acked {
-		more = 0
-	}
 	m.Value = l.Issued + more
 	return more > 0 || ReserveSays(m.Value, l.Acked, m.Owed, l.Unacked, k.Synced, l.Waiting)
 }
