@@ -11,7 +11,7 @@
 --     First the ledger's total is raised to base + owed whatever the
 --     bucket holds: owed is the cost the instance admitted without a
 --     grant (its failure policy's, while Redis could not be asked), on top
---     of the grants it heard of (base), which a failover may have lost.
+--     of the grants it holds (base), which a failover may have lost.
 --     It is taken from the bucket as of age ago, when the first of it was
 --     admitted (a bucket full meanwhile takes it out of refill it could
 --     not hold), and into debt if need be, so what was admitted is paid
@@ -81,9 +81,10 @@
 --             seq (this message's sequence number: increasing per instance),
 --             epoch (the first sequence number of the instance's state for
 --                    this key; a new epoch starts a new total),
---             base (the total as the instance last heard it; the total when
---                   the ledger is missing, say after it expired, or belongs
---                   to an older epoch),
+--             base (what the instance holds grants for: the total as it
+--                   last heard it, or less after a hand-back that got no
+--                   reply; the total when the ledger is missing, say after
+--                   it expired, or belongs to an older epoch),
 --             value (see the modes),
 --             budget (optimistic mode: overshoot budget in tokens, or -1),
 --             held (optimistic mode: allowance the instance held unspent when

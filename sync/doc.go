@@ -61,7 +61,8 @@ package sync
 //	ledger      a per-instance record in the key's hash ("l:" id): the last
 //	            sequence number applied, the epoch, the total granted or reported
 //	total       the ledger's running sum, which messages state absolutely
-//	base        the total as the instance last heard it (account.Ledger.Acked)
+//	base        the total the instance holds grants for: the total as it last
+//	            heard it (account.Ledger.Acked), less a hand-back unanswered
 //	epoch       the first sequence number of an entry: a new epoch, a new total
 //	owed        cost the failure policy admitted, or Charge charged beyond the
 //	            allowance, that Redis has not yet taken (account.Owing)

@@ -144,7 +144,15 @@ func (Reserve) Lapse(*Ledger, Counter, int64) {}
 // back what it holds beyond that. What it hands back it takes from the
 // counter first, so that no reply, lost or late, can let this instance
 // spend it.
+//
+// The base it states is what the key holds grants for, before this
+// message: the total last heard, or less after a hand-back that got no
+// reply. Redis may have applied that hand-back and granted the tokens to
+// another instance; raised to the total last heard, the ledger would take
+// them again, into debt, and the reply would grant them to this instance
+// twice.
 func (r Reserve) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
+	m.Base = min(m.Base, l.Issued-m.Owed)
 	excess, more := r.Policy.ReserveAsk(k.Holding, l.Waiting, final)
 	l.Withdraw(c, excess)
 	m.Value = l.Issued + more
