@@ -3,9 +3,9 @@ GO ?= go
 
 # The stages of make test, in order. Each is a target below, which can also
 # be run alone (make race); a new stage is its target plus its name here.
-STAGES = redis cc fmt-check alerts vet-untested race
+STAGES = redis valkey cc fmt-check alerts vet-untested race
 
-.PHONY: test vet $(STAGES) bench results rls-bench image image-test
+.PHONY: test vet $(STAGES) valkey-suites bench results rls-bench image image-test
 
 # Each stage runs in a make of its own, so that make test can say which
 # stage runs, how long each took and which one failed. MAKELEVEL=0 keeps
@@ -36,6 +36,28 @@ redis:
 			echo "redis-server is missing: install it (apt-get install -y redis-server) and re-run" >&2; exit 1; \
 		fi; }
 	@redis-server --version
+
+# Install valkey-server when it is missing (Debian, as root). Bookworm has
+# it (8.0) in its backports suite, which is added to the Debian sources the
+# machine already has (the deb822 file's first Suites line, or else a line
+# beside sources.list's first bookworm one, on its mirror).
+valkey:
+	@command -v valkey-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			. /etc/os-release; target=; \
+			if [ "$$VERSION_CODENAME" = bookworm ]; then \
+				target="-t bookworm-backports"; src=/etc/apt/sources.list.d/debian.sources; \
+				if [ -f $$src ]; then \
+					grep -q '^Suites:.*bookworm-backports' $$src || sed -i '0,/^Suites: bookworm\( \|$$\)/s//Suites: bookworm bookworm-backports\1/' $$src; \
+				elif [ -f /etc/apt/sources.list ]; then \
+					awk '$$1 == "deb" && $$3 == "bookworm" { print "deb", $$2, "bookworm-backports main"; exit }' /etc/apt/sources.list >/etc/apt/sources.list.d/backports.list; \
+				fi; \
+			fi; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$target valkey-server >/dev/null; \
+		else \
+			echo "valkey-server is missing: install it (Debian bookworm: from bookworm-backports) and re-run" >&2; exit 1; \
+		fi; }
+	@valkey-server --version
 
 # -race needs cgo, and so a C compiler, which minimal Debian images lack.
 cc:
@@ -85,13 +107,16 @@ vet-untested:
 fmt-check:
 	@out="$$("$$($(GO) env GOROOT)/bin/gofmt" -l .)" || exit 1; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The race stage runs three passes. The first, every package but for the
-# fleet failover tests, three packages at a time, runs beside the second,
-# the hybrid limiter's suite a second time with every key's allowance
-# spread over per-CPU counters, which only hot keys get by default, less
-# the tests that run in the default build only (sync's defaultBuildOnly:
-# processes, faults, and load on keys they stripe themselves); its output
-# follows the first's. The first names its longest packages first so that
+# The race stage runs four passes. The first, every package but for the
+# fleet failover tests, three packages at a time, runs beside the second
+# and the third: the hybrid limiter's suite a second time with every key's
+# allowance spread over per-CPU counters, which only hot keys get by
+# default, less the tests that run in the default build only (sync's
+# defaultBuildOnly: processes, faults, and load on keys they stripe
+# themselves); and every script's suite (./internal/scripts/: the wire and
+# stored formats, each script against its model) on valkey-server. Their
+# output follows the first's. The Redis-facing suites on Valkey all at once
+# are make valkey-suites: about as long as the first pass again. The first names its longest packages first so that
 # ./sync/ (about 150 s alone, mostly waiting on sync intervals and Redis)
 # starts early; within a package, tests that mostly wait (cmd/rls's
 # services, the reset across processes) run four at a time. Three
@@ -106,18 +131,25 @@ fmt-check:
 # at once, beside a busy machine, left Optimistic past its bound too. Two
 # at once, alone, took 74 to 77 s here and failed one run of eight on a
 # fresh clone (stop3s/optimistic: 6,281 decisions late, 0.226% over); one
-# at a time takes 135 s. Any pass failing fails the stage; all three run.
-# HYBRIDLIMIT_REQUIRE_REDIS=1: a missing redis-server fails the tests
-# instead of skipping them.
+# at a time takes 135 s. Any pass failing fails the stage; all four run.
+# HYBRIDLIMIT_REQUIRE_REDIS=1: a missing server fails the tests instead of
+# skipping them.
 RACE = HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -race -count=1 -parallel 4 -timeout 15m
 race:
-	@striped=$$(mktemp); \
+	@striped=$$(mktemp); valkey=$$(mktemp); \
 	$(RACE) -tags hybridlimit_stripeall ./sync/ >$$striped 2>&1 & sp=$$!; \
+	HYBRIDLIMIT_SERVER=valkey $(RACE) ./internal/scripts/ >$$valkey 2>&1 & vp=$$!; \
 	$(RACE) -p 3 -vet=all -skip 'TestFleetFailover' ./sync/ ./cmd/rls/ ./global/ ./sim/ ./...; rc=$$?; \
-	wait $$sp; rs=$$?; \
+	wait $$sp; rs=$$?; wait $$vp; rv=$$?; \
 	echo "== ./sync/ built with -tags hybridlimit_stripeall:"; cat $$striped; rm -f $$striped; \
+	echo "== ./internal/scripts/ on valkey-server:"; cat $$valkey; rm -f $$valkey; \
 	echo "== ./sync/, the fleet failover tests:"; $(RACE) -parallel 2 -run 'TestFleetFailover' ./sync/; rf=$$?; \
-	[ $$rc -eq 0 ] && [ $$rs -eq 0 ] && [ $$rf -eq 0 ]
+	[ $$rc -eq 0 ] && [ $$rs -eq 0 ] && [ $$rv -eq 0 ] && [ $$rf -eq 0 ]
+
+# make valkey-suites: every suite that runs against a real server, on
+# valkey-server instead of redis-server.
+valkey-suites: valkey
+	HYBRIDLIMIT_SERVER=valkey $(RACE) -p 2 ./sync/ ./cmd/rls/ ./global/ ./internal/scripts/ ./lua/ ./sharding/ ./sim/ .
 
 # make bench: ours next to the peers (x/time/rate, uber ratelimit,
 # redis_rate) on one loopback Redis; writes bench/RESULTS.md.

@@ -835,7 +835,11 @@ func TestSentinel(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("redis-server", conf, "--sentinel")
+	_, server, _, err := redistest.Kind()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(server, conf, "--sentinel")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

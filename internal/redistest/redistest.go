@@ -3,8 +3,12 @@
 // ports, each in a temporary directory of its own. It never connects to a
 // server it did not start.
 //
-// Without redis-server on PATH, tests that ask for a server are skipped with
-// a message saying how to install it, unless HYBRIDLIMIT_REQUIRE_REDIS=1,
+// HYBRIDLIMIT_SERVER=valkey starts valkey-server (and builds clusters with
+// valkey-cli) instead, so that the same suites run against Valkey, which
+// most managed offerings and distributions now ship in Redis's place.
+//
+// Without the server on PATH, tests that ask for one are skipped with a
+// message saying how to install it, unless HYBRIDLIMIT_REQUIRE_REDIS=1,
 // when they fail.
 //
 // A test binary shares one standalone server and one cluster among its
@@ -40,7 +44,32 @@ import (
 // into a failure.
 const RequireEnv = "HYBRIDLIMIT_REQUIRE_REDIS"
 
-const installHint = "redis-server is not on PATH; install it (Debian: apt-get install -y redis-server) or run `make test`, which does"
+// ServerEnv is the variable that chooses the server the tests start:
+// "redis" (or unset) for redis-server, "valkey" for valkey-server.
+const ServerEnv = "HYBRIDLIMIT_SERVER"
+
+// Kind returns the server the tests start, as ServerEnv names it, and the
+// names of its server and command-line binaries.
+func Kind() (kind, server, cli string, err error) {
+	switch kind = os.Getenv(ServerEnv); kind {
+	case "", "redis":
+		return "redis", "redis-server", "redis-cli", nil
+	case "valkey":
+		return kind, "valkey-server", "valkey-cli", nil
+	}
+	return "", "", "", fmt.Errorf("%s=%q: want redis or valkey", ServerEnv, kind)
+}
+
+// binaries returns Kind's binaries, or fails tb for a ServerEnv it does
+// not know.
+func binaries(tb testing.TB) (server, cli string) {
+	tb.Helper()
+	_, server, cli, err := Kind()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return server, cli
+}
 
 // shared holds the servers a test binary shares. It is test-only state,
 // started lazily and stopped by Main.
@@ -98,11 +127,13 @@ func sweepDirs(tmp string) {
 
 func requireBinary(tb testing.TB) {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	server, _ := binaries(tb)
+	if _, err := exec.LookPath(server); err != nil {
+		hint := fmt.Sprintf("%s is not on PATH; install it (Debian: apt-get install -y %s) or run `make test`, which does", server, server)
 		if os.Getenv(RequireEnv) == "1" {
-			tb.Fatalf("%s (%s=1)", installHint, RequireEnv)
+			tb.Fatalf("%s (%s=1)", hint, RequireEnv)
 		}
-		tb.Skip(installHint)
+		tb.Skip(hint)
 	}
 }
 
@@ -190,18 +221,22 @@ func startOnce(directives []string) (*Server, error) {
 	if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server", path)
+	_, server, _, err := Kind()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(server, path)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", server, err)
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, cmd: cmd}
 	if err := waitReady(s.Addr, 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
 		s.Stop()
-		return nil, fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, log)
+		return nil, fmt.Errorf("%s on %s: %w; log: %s", server, s.Addr, err, log)
 	}
 	return s, nil
 }
@@ -363,8 +398,12 @@ func startCluster() (*ClusterServers, error) {
 }
 
 func startClusterNodes(directives ...string) (*ClusterServers, error) {
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		return nil, errors.New("redis-cli is not on PATH (it comes with redis-server)")
+	_, server, cli, err := Kind()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(cli); err != nil {
+		return nil, fmt.Errorf("%s is not on PATH (it comes with %s)", cli, server)
 	}
 	c := &ClusterServers{}
 	fail := func(err error) (*ClusterServers, error) {
@@ -383,9 +422,9 @@ func startClusterNodes(directives ...string) (*ClusterServers, error) {
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
-		return fail(fmt.Errorf("redis-cli --cluster create: %w: %s", err, out))
+		return fail(fmt.Errorf("%s --cluster create: %w: %s", cli, err, out))
 	}
 	if err := waitClusterOK(c, 30*time.Second); err != nil {
 		return fail(err)
