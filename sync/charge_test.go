@@ -255,12 +255,26 @@ type chargeConfig struct {
 	Out                   string
 }
 
+// debtAdmission is a request admitted inside the debt window of a charge.
+type debtAdmission struct {
+	ChargedAt, At, Repaid int64 // Unix ns: when the charge returned, the admission, the end of the window
+	Source                string
+}
+
+// refund is tokens given back, at a time in Unix ns.
+type refund struct{ At, Tokens int64 }
+
 // chargeLog is what a charge worker did.
 type chargeLog struct {
 	Used       int64 // actual cost of the requests admitted, in all
 	Net        int64 // what admission took: the estimates admitted less the refunds
 	Admitted   int64 // requests admitted
 	InDebt     int64 // requests admitted before a debt its own charge found was repaid by refill
+	// InDebtAt describes each of those admissions, and Refunds every
+	// refund, for the log: tokens given back by any process repay a debt
+	// sooner than refill alone.
+	InDebtAt []debtAdmission
+	Refunds  []refund
 	Stats      hlsync.Stats
 	FirstError string
 }
@@ -309,6 +323,7 @@ func chargeFleet(t *testing.T, client func() redis.UniversalClient, cfg chargeCo
 		fault()
 	}
 	var used, net int64
+	logs := make([]chargeLog, len(cfgs))
 	for i, cfg := range cfgs {
 		if err := cmds[i].Wait(); err != nil {
 			t.Fatalf("%s: %v", cfg.ID, err)
@@ -333,6 +348,22 @@ func chargeFleet(t *testing.T, client func() redis.UniversalClient, cfg chargeCo
 		}
 		used += log.Used
 		net += log.Net
+		logs[i] = log
+	}
+	for i, log := range logs {
+		for _, a := range log.InDebtAt {
+			var n, tokens int64
+			for j, other := range logs {
+				for _, r := range other.Refunds {
+					if j != i && r.At >= a.ChargedAt && r.At <= a.At {
+						n++
+						tokens += r.Tokens
+					}
+				}
+			}
+			t.Logf("%s: admitted (source %s) %v after its charge, %v before the debt was repaid by refill; meanwhile the others refunded %d tokens in %d refunds",
+				cfgs[i].ID, a.Source, time.Duration(a.At-a.ChargedAt), time.Duration(a.Repaid-a.At), tokens, n)
+		}
 	}
 	span := time.Since(start)
 	perToken := float64(limit.Period.Microseconds()) / float64(limit.Rate)
@@ -434,7 +465,7 @@ func TestChargeWorker(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 2))
 	var log chargeLog
-	var repaid time.Time // when the last debt this worker's charge found is repaid
+	var repaid, chargedAt time.Time // when the last debt this worker's charge found is repaid, and the charge returned
 	fail := func(op string, err error) {
 		if log.FirstError == "" {
 			log.FirstError = op + ": " + err.Error()
@@ -451,8 +482,9 @@ func TestChargeWorker(t *testing.T) {
 			continue
 		}
 		log.Admitted++
-		if time.Now().Before(repaid) {
+		if now := time.Now(); now.Before(repaid) {
 			log.InDebt++
+			log.InDebtAt = append(log.InDebtAt, debtAdmission{chargedAt.UnixNano(), now.UnixNano(), repaid.UnixNano(), r.Source.String()})
 		}
 		actual := cfg.MinActual + rng.Int64N(cfg.MaxActual-cfg.MinActual+1)
 		log.Used += actual
@@ -469,7 +501,8 @@ func TestChargeWorker(t *testing.T) {
 			// that wait ends.
 			perToken := cfg.Limit.Period / time.Duration(cfg.Limit.Rate)
 			if c.Source == hybridlimit.SourceGlobal && c.RetryAfter > perToken {
-				repaid = time.Now().Add(c.RetryAfter - perToken)
+				chargedAt = time.Now()
+				repaid = chargedAt.Add(c.RetryAfter - perToken)
 			}
 		case actual < cfg.Estimate:
 			if err := l.Refund(ctx, cfg.Key, cfg.Limit, cfg.Estimate-actual); err != nil {
@@ -477,6 +510,7 @@ func TestChargeWorker(t *testing.T) {
 				log.Used += cfg.Estimate - actual // not given back
 			} else {
 				log.Net -= cfg.Estimate - actual
+				log.Refunds = append(log.Refunds, refund{time.Now().UnixNano(), cfg.Estimate - actual})
 			}
 		}
 	}
