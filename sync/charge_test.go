@@ -266,15 +266,15 @@ type refund struct{ At, Tokens int64 }
 
 // chargeLog is what a charge worker did.
 type chargeLog struct {
-	Used       int64 // actual cost of the requests admitted, in all
-	Net        int64 // what admission took: the estimates admitted less the refunds
-	Admitted   int64 // requests admitted
-	InDebt     int64 // requests admitted before a debt its own charge found was repaid by refill
+	Used     int64 // actual cost of the requests admitted, in all
+	Net      int64 // what admission took: the estimates admitted less the refunds
+	Admitted int64 // requests admitted
+	InDebt   int64 // requests admitted before a debt its own charge found was repaid by refill
 	// InDebtAt describes each of those admissions, and Refunds every
 	// refund, for the log: tokens given back by any process repay a debt
 	// sooner than refill alone.
-	InDebtAt []debtAdmission
-	Refunds  []refund
+	InDebtAt   []debtAdmission
+	Refunds    []refund
 	Stats      hlsync.Stats
 	FirstError string
 }
