@@ -189,6 +189,10 @@ type data struct {
 	Tests []TestRun
 
 	HotPath, DenyEmpty, LocalBucket, LocalTable, Steady, SyncRound, RedisMem BenchRun
+
+	// ScriptRedis and ScriptValkey are BenchmarkSyncScript on
+	// redis-server and on valkey-server: the server's CPU per key message.
+	ScriptRedis, ScriptValkey BenchRun
 }
 
 // Machine names where the figures came from.
@@ -198,6 +202,7 @@ type Machine struct {
 	OS         string
 	Go         string
 	Redis      string
+	Valkey     string
 	Date       string
 	LoadBefore string
 	LoadAfter  string
@@ -213,6 +218,10 @@ func (r *runner) measure(svg string) (*data, error) {
 		return nil, err
 	}
 	d.Machine.Redis = redisVersion(d.Machine.Redis)
+	if d.Machine.Valkey, err = r.exec(nil, "valkey-server", "--version"); err != nil {
+		return nil, err
+	}
+	d.Machine.Valkey = redisVersion(d.Machine.Valkey)
 	r.sim = filepath.Join(r.tmp, "sim")
 	if _, err := r.goCmd("build", "-o", r.sim, "./cmd/sim"); err != nil {
 		return nil, err
@@ -662,24 +671,33 @@ func parseBench(out string) []Bench {
 }
 
 func (r *runner) benchmarks(d *data) error {
+	const script = "-run ^$ -bench SyncScript -count 3 ./internal/scripts/"
 	for _, b := range []struct {
-		dst  *BenchRun
-		args string
+		dst    *BenchRun
+		args   string
+		server string // HYBRIDLIMIT_SERVER, when not redis
 	}{
-		{&d.HotPath, "-run ^$ -bench LimiterAllow|SyncMapBaseline -cpu 2 -count 4 ./sync/"},
-		{&d.DenyEmpty, "-run ^$ -bench LimiterDenyEmpty -cpu 2 -count 4 ./sync/"},
-		{&d.LocalBucket, "-run ^$ -bench BucketAllow|XTimeRateAllow -benchmem -cpu 2 -count 4 ./local/"},
-		{&d.LocalTable, "-run ^$ -bench TableAllow/keys=1e6|MapBaseline/keys=1e6 -benchmem -cpu 2 ./local/"},
-		{&d.Steady, "-run ^$ -bench LimiterSteady -benchtime 80x -cpu 2 ./sync/"},
-		{&d.SyncRound, "-run ^$ -bench LimiterSync/keys=100000 -benchtime 3x -cpu 2 ./sync/"},
-		{&d.RedisMem, "-run ^$ -bench RedisMemory -benchtime 1x ./sync/"},
+		{&d.HotPath, "-run ^$ -bench LimiterAllow|SyncMapBaseline -cpu 2 -count 4 ./sync/", ""},
+		{&d.DenyEmpty, "-run ^$ -bench LimiterDenyEmpty -cpu 2 -count 4 ./sync/", ""},
+		{&d.LocalBucket, "-run ^$ -bench BucketAllow|XTimeRateAllow -benchmem -cpu 2 -count 4 ./local/", ""},
+		{&d.LocalTable, "-run ^$ -bench TableAllow/keys=1e6|MapBaseline/keys=1e6 -benchmem -cpu 2 ./local/", ""},
+		{&d.Steady, "-run ^$ -bench LimiterSteady -benchtime 80x -cpu 2 ./sync/", ""},
+		{&d.SyncRound, "-run ^$ -bench LimiterSync/keys=100000 -benchtime 3x -cpu 2 ./sync/", ""},
+		{&d.RedisMem, "-run ^$ -bench RedisMemory -benchtime 1x ./sync/", ""},
+		{&d.ScriptRedis, script, ""},
+		{&d.ScriptValkey, script, "valkey"},
 	} {
 		args := append([]string{"test"}, strings.Fields(b.args)...)
-		out, err := r.goCmd(args...)
+		env, cmd := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}, "go test "+quoteBench(b.args)
+		if b.server != "" {
+			env = append(env, "HYBRIDLIMIT_SERVER="+b.server)
+			cmd = "HYBRIDLIMIT_SERVER=" + b.server + " " + cmd
+		}
+		out, err := r.exec(env, goBin(), args...)
 		if err != nil {
 			return err
 		}
-		*b.dst = BenchRun{Cmd: "go test " + quoteBench(b.args), Results: parseBench(out)}
+		*b.dst = BenchRun{Cmd: cmd, Results: parseBench(out)}
 		if len(b.dst.Results) == 0 {
 			return fmt.Errorf("%s: no benchmark results:\n%s", b.dst.Cmd, out)
 		}

@@ -35,8 +35,9 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"benches": func(d *data) []BenchRun {
 		return []BenchRun{d.HotPath, d.DenyEmpty, d.LocalBucket, d.LocalTable, d.Steady, d.SyncRound, d.RedisMem}
 	},
-	"benchTable": benchTable,
-	"bench":      func(b BenchRun, name string) (Bench, error) { return b.Get(name) },
+	"benchTable":  benchTable,
+	"scriptRatio": scriptRatio,
+	"bench":       func(b BenchRun, name string) (Bench, error) { return b.Get(name) },
 	"median": func(b Bench, unit string) (string, error) {
 		m, err := b.Median(unit)
 		return num(m), err
@@ -377,3 +378,23 @@ func benchTable(b BenchRun) string {
 // cell escapes the pipes of s for a markdown table cell, code spans
 // included.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// scriptRatio returns BenchmarkSyncScript's message over its floor in the
+// server's CPU per key message, 256 messages a call: what the script's own
+// work adds to the two calls a message cannot do without.
+func scriptRatio(b BenchRun) (string, error) {
+	var med [2]float64
+	for i, name := range []string{"BenchmarkSyncScript/message/keys=256", "BenchmarkSyncScript/floor/keys=256"} {
+		r, err := b.Get(name)
+		if err != nil {
+			return "", err
+		}
+		if med[i], err = r.Median("redis-cpu-us/key"); err != nil {
+			return "", err
+		}
+	}
+	if med[1] <= 0 {
+		return "", fmt.Errorf("%s: a floor of %v", b.Cmd, med[1])
+	}
+	return strconv.FormatFloat(med[0]/med[1], 'f', 2, 64) + "x", nil
+}
