@@ -60,17 +60,6 @@ func Kind() (kind, server, cli string, err error) {
 	return "", "", "", fmt.Errorf("%s=%q: want redis or valkey", ServerEnv, kind)
 }
 
-// binaries returns Kind's binaries, or fails tb for a ServerEnv it does
-// not know.
-func binaries(tb testing.TB) (server, cli string) {
-	tb.Helper()
-	_, server, cli, err := Kind()
-	if err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	return server, cli
-}
-
 // shared holds the servers a test binary shares. It is test-only state,
 // started lazily and stopped by Main.
 var shared struct {
@@ -127,7 +116,10 @@ func sweepDirs(tmp string) {
 
 func requireBinary(tb testing.TB) {
 	tb.Helper()
-	server, _ := binaries(tb)
+	_, server, _, err := Kind()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
 	if _, err := exec.LookPath(server); err != nil {
 		hint := fmt.Sprintf("%s is not on PATH; install it (Debian: apt-get install -y %s) or run `make test`, which does", server, server)
 		if os.Getenv(RequireEnv) == "1" {

@@ -155,8 +155,11 @@ func (r *runner) exec(env []string, name string, args ...string) (string, error)
 
 // goCmd runs the go command; HYBRIDLIMIT_REQUIRE_REDIS makes a test or
 // benchmark fail, not skip, without a redis-server.
-func (r *runner) goCmd(args ...string) (string, error) {
-	return r.exec([]string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}, goBin(), args...)
+func (r *runner) goCmd(args ...string) (string, error) { return r.goCmdEnv(nil, args...) }
+
+// goCmdEnv is goCmd with env added to the environment.
+func (r *runner) goCmdEnv(env []string, args ...string) (string, error) {
+	return r.exec(append([]string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}, env...), goBin(), args...)
 }
 
 func goBin() string {
@@ -688,12 +691,13 @@ func (r *runner) benchmarks(d *data) error {
 		{&d.ScriptValkey, script, "valkey"},
 	} {
 		args := append([]string{"test"}, strings.Fields(b.args)...)
-		env, cmd := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}, "go test "+quoteBench(b.args)
+		var env []string
+		cmd := "go test " + quoteBench(b.args)
 		if b.server != "" {
-			env = append(env, "HYBRIDLIMIT_SERVER="+b.server)
-			cmd = "HYBRIDLIMIT_SERVER=" + b.server + " " + cmd
+			env = []string{"HYBRIDLIMIT_SERVER=" + b.server}
+			cmd = env[0] + " " + cmd
 		}
-		out, err := r.exec(env, goBin(), args...)
+		out, err := r.goCmdEnv(env, args...)
 		if err != nil {
 			return err
 		}
