@@ -127,10 +127,13 @@ type resetConfig struct {
 // resetReport is what a reset worker saw, in wall-clock nanoseconds.
 type resetReport struct {
 	Before, After int64 // cost admitted before it was denied, and after the reset
-	ReadyAt       int64 // when it found the key empty
-	FirstMessage  int64 // its first key message after ReadyAt, 0 if none
-	Admitted      int64 // its first admission after ReadyAt, 0 if none
-	Interval      time.Duration
+	// PolicyBefore is what its failure policy admitted of Before (a fetch
+	// past the max wait), for the log.
+	PolicyBefore uint64
+	ReadyAt      int64 // when it found the key empty
+	FirstMessage int64 // its first key message after ReadyAt, 0 if none
+	Admitted     int64 // its first admission after ReadyAt, 0 if none
+	Interval     time.Duration
 }
 
 // TestResetReachesEveryProcess is the reset of a key that another process
@@ -193,6 +196,7 @@ func TestResetReachesEveryProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				policyBefore := a.Stats().FallbackAllowed
 				// b keeps asking, denied, for a while before the reset,
 				// which comes at any point of b's sync interval.
 				time.Sleep(4*a.Interval() + rand.N(a.Interval()))
@@ -225,7 +229,8 @@ func TestResetReachesEveryProcess(t *testing.T) {
 					t.Fatal(err)
 				}
 				if got := before + b.Before; got != cfg.Limit.Burst {
-					t.Errorf("admitted %d (a %d, b %d) draining the key, want its burst %d", got, before, b.Before, cfg.Limit.Burst)
+					t.Errorf("admitted %d (a %d, b %d; by the failure policy a %d, b %d) draining the key, want its burst %d",
+						got, before, b.Before, policyBefore, b.PolicyBefore, cfg.Limit.Burst)
 				}
 				if b.FirstMessage != 0 && b.FirstMessage < resetAt.Add(-time.Second).UnixNano() && b.FirstMessage < b.Admitted {
 					// A second's grace: the message that found the key
@@ -279,6 +284,7 @@ func TestResetWorker(t *testing.T) {
 	if rep.Before, err = drainKey(ctx, b, cfg); err != nil {
 		t.Fatal(err)
 	}
+	rep.PolicyBefore = b.Stats().FallbackAllowed
 	rep.ReadyAt = time.Now().UnixNano()
 	messages := b.Stats().Messages
 	if err := os.WriteFile(cfg.Ready, nil, 0o600); err != nil {
