@@ -30,55 +30,79 @@ import (
 // either mode), the charging instance reports the debt, and another
 // instance is denied from its first message on, its ResetAfter the time
 // the debt and the burst take to refill; both count the debt and their
-// denials for it.
+// denials for it. The claim holds from the message Redis answers: on a
+// machine too busy to answer a first fetch within the max wait the
+// failure policy decides (design 6.6), or a charge's message goes with a
+// later round, and the case starts again with new instances, five times at
+// most.
 func TestChargeDebtDeniesEveryInstance(t *testing.T) {
 	redistest.NoLeaks(t)
 	for _, mode := range []hlsync.Mode{hlsync.Reserve, hlsync.Optimistic} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rdb := redistest.Standalone(t)
-			prefix := redistest.Prefix(t)
-			ls := newLimiters(t, 2, func() hybridlimit.Redis { return rdb }, hlsync.WithPrefix(prefix), hlsync.WithMode(mode))
-			a, b := ls[0], ls[1]
-			ctx := context.Background()
-			limit := frozen(10)
-			if r, err := a.Allow(ctx, "k", limit); err != nil || !r.Allowed {
-				t.Fatalf("first request: %+v, %v", r, err)
-			}
-			r, err := a.Charge(ctx, "k", limit, 35)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !r.Allowed || r.Source != hybridlimit.SourceGlobal || r.Remaining != 0 || r.RetryAfter <= 0 {
-				t.Errorf("charge of 35 on a burst of 10: %+v; want allowed, from Redis, nothing left, a wait", r)
-			}
-			if s := a.Stats(); s.Charged != 35 || s.Owed != 0 || s.Admitted != 36 {
-				t.Errorf("Stats: Charged %d, Owed %d, Admitted %d; want 35, 0 (Redis took it), 36", s.Charged, s.Owed, s.Admitted)
-			}
-			// Denied, and told the bucket fills only once the debt is
-			// repaid: 36 tokens' refill, 3.6 times a refill of the burst.
-			if r, err := b.Allow(ctx, "k", limit); err != nil || r.Allowed || r.ResetAfter < limit.Refill()*35/10 {
-				t.Errorf("another instance, after the charge: %+v, %v; want denied, ResetAfter 3.6 x %v", r, err, limit.Refill())
-			}
-			// Both instances count the debt (26 past empty) and their denials
-			// for it.
-			if r, err := a.Allow(ctx, "k", limit); err != nil || r.Allowed {
-				t.Errorf("the charging instance, after the charge: %+v, %v; want denied", r, err)
-			}
-			for i, l := range ls {
-				if s := l.Stats(); s.Debt != 26 || s.DeniedDebt != 1 {
-					t.Errorf("instance %d: Stats Debt %d, DeniedDebt %d; want 26 and 1", i, s.Debt, s.DeniedDebt)
+			for try := 1; !chargeDebt(t, rdb, mode); try++ {
+				if try == 5 {
+					t.Fatal("5 tries: Redis answered none within the max wait")
 				}
-			}
-			for _, l := range ls {
-				if err := l.Close(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got := taken(t, rdb, prefix, "k", limit, 64); got != 36 {
-				t.Errorf("the bucket is %d tokens short of full, want 36: one admitted, 35 charged", got)
+				t.Logf("try %d: a call outlasted the max wait; again with new instances", try)
 			}
 		})
 	}
+}
+
+// chargeDebt is a case of TestChargeDebtDeniesEveryInstance on its own
+// prefix. It reports false, checking nothing more, when a call the case
+// needs Redis to answer outlasted the max wait.
+func chargeDebt(t *testing.T, rdb hybridlimit.Redis, mode hlsync.Mode) bool {
+	prefix := redistest.Prefix(t)
+	ls := newLimiters(t, 2, func() hybridlimit.Redis { return rdb }, hlsync.WithPrefix(prefix), hlsync.WithMode(mode))
+	a, b := ls[0], ls[1]
+	ctx := context.Background()
+	limit := frozen(10)
+	if r, err := a.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("first request: %+v, %v", r, err)
+	} else if r.Source == hybridlimit.SourceFallback {
+		return false
+	}
+	r, err := a.Charge(ctx, "k", limit, 35)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Source == hybridlimit.SourceLocal {
+		return false // the charge's message outlasted the max wait: a later round sends it
+	}
+	if !r.Allowed || r.Source != hybridlimit.SourceGlobal || r.Remaining != 0 || r.RetryAfter <= 0 {
+		t.Errorf("charge of 35 on a burst of 10: %+v; want allowed, from Redis, nothing left, a wait", r)
+	}
+	if s := a.Stats(); s.Charged != 35 || s.Owed != 0 || s.Admitted != 36 {
+		t.Errorf("Stats: Charged %d, Owed %d, Admitted %d; want 35, 0 (Redis took it), 36", s.Charged, s.Owed, s.Admitted)
+	}
+	// Denied, and told the bucket fills only once the debt is
+	// repaid: 36 tokens' refill, 3.6 times a refill of the burst.
+	if r, err := b.Allow(ctx, "k", limit); err == nil && r.Source == hybridlimit.SourceFallback {
+		return false
+	} else if err != nil || r.Allowed || r.ResetAfter < limit.Refill()*35/10 {
+		t.Errorf("another instance, after the charge: %+v, %v; want denied, ResetAfter 3.6 x %v", r, err, limit.Refill())
+	}
+	// Both instances count the debt (26 past empty) and their denials
+	// for it.
+	if r, err := a.Allow(ctx, "k", limit); err != nil || r.Allowed {
+		t.Errorf("the charging instance, after the charge: %+v, %v; want denied", r, err)
+	}
+	for i, l := range ls {
+		if s := l.Stats(); s.Debt != 26 || s.DeniedDebt != 1 {
+			t.Errorf("instance %d: Stats Debt %d, DeniedDebt %d; want 26 and 1", i, s.Debt, s.DeniedDebt)
+		}
+	}
+	for _, l := range ls {
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := taken(t, rdb, prefix, "k", limit, 64); got != 36 {
+		t.Errorf("the bucket is %d tokens short of full, want 36: one admitted, 35 charged", got)
+	}
+	return true
 }
 
 // TestChargeSplitKeyEveryPart charges a key split four ways more than it

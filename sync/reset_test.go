@@ -128,7 +128,7 @@ type resetConfig struct {
 type resetReport struct {
 	Before, After int64 // cost admitted before it was denied, and after the reset
 	// PolicyBefore is what its failure policy admitted of Before (a fetch
-	// past the max wait), for the log.
+	// past the max wait).
 	PolicyBefore uint64
 	ReadyAt      int64 // when it found the key empty
 	FirstMessage int64 // its first key message after ReadyAt, 0 if none
@@ -228,7 +228,12 @@ func TestResetReachesEveryProcess(t *testing.T) {
 				} else if err := json.Unmarshal(raw, &b); err != nil {
 					t.Fatal(err)
 				}
-				if got := before + b.Before; got != cfg.Limit.Burst {
+				// A drain admits the burst exactly, beyond what the failure
+				// policy admitted: on a machine too busy to answer a fetch
+				// within the max wait, FallbackLocal admits from its share
+				// (design 6.6), which Redis takes after, as debt.
+				policy := int64(policyBefore + b.PolicyBefore)
+				if got := before + b.Before; got < cfg.Limit.Burst || got > cfg.Limit.Burst+policy {
 					t.Errorf("admitted %d (a %d, b %d; by the failure policy a %d, b %d) draining the key, want its burst %d",
 						got, before, b.Before, policyBefore, b.PolicyBefore, cfg.Limit.Burst)
 				}
