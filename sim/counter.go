@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 )
 
 // cmdCounter counts the Redis commands its clients send, per hash slot of
@@ -28,6 +29,7 @@ type cmdCounter struct {
 	phase  phase
 	total  int64
 	work   int64         // key messages, and keyless commands
+	upkeep int64         // of work, the hybrid's presence calls
 	slots  map[int]int64 // key messages by slot
 	calls  map[int]int64 // commands on keys, by the slot of their first key
 	phases [phases]int64
@@ -121,6 +123,14 @@ func (c *cmdCounter) Work() int64 {
 	return c.work
 }
 
+// Upkeep returns the hybrid's presence calls counted: one an instance and
+// sync interval, whatever the keys and traffic (design 6.7).
+func (c *cmdCounter) Upkeep() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.upkeep
+}
+
 // HottestSlotShare returns the busiest slot's share of the work counted,
 // 0 if none: of the key messages (one for a command on a key, one per key
 // for a sync call, which carries many slots' keys) and of the keyless
@@ -187,6 +197,9 @@ func (c *cmdCounter) count(cmds ...redis.Cmder) {
 			c.slots[s]++
 			c.calls[s]++
 			c.work++
+			if presenceCall(args) {
+				c.upkeep++
+			}
 		default:
 			c.work++
 		}
@@ -249,6 +262,17 @@ func scriptKeys(args []any) []string {
 		keys[i] = asString(args[3+i])
 	}
 	return keys
+}
+
+// presenceCall reports whether a command runs the presence script.
+func presenceCall(args []any) bool {
+	switch name, body := strings.ToLower(asString(args[0])), asString(args[1]); name {
+	case "evalsha":
+		return body == scripts.Presence.Hash()
+	case "eval":
+		return body == scripts.Presence.Source()
+	}
+	return false
 }
 
 // handshake reports whether a command is one a client sends on its own as

@@ -58,8 +58,12 @@ type Result struct {
 	HottestSlotShare float64 `json:"hottest_slot_share"`
 	// KeyMessages counts the key messages Redis ran (a script on one key
 	// is one, a hybrid sync call one per key it carries) and the keyless
-	// commands: what Redis's CPU time is spent on.
+	// commands: what Redis's CPU time is spent on, but for the hybrid's
+	// presence calls, counted apart.
 	KeyMessages int64 `json:"key_messages"`
+	// PresenceCalls counts the hybrid's presence calls: one an instance
+	// and sync interval, whatever the keys and traffic.
+	PresenceCalls int64 `json:"presence_calls"`
 	// Nodes is the load of each Redis node: the masters of the modelled
 	// cluster in virtual mode (one server with Config.Standalone), the
 	// masters of a live cluster in the order of their slots, or the one
@@ -118,7 +122,8 @@ func newResult(r run, instances int, a accuracy, c *cmdCounter) Result {
 	if c != nil {
 		res.RedisCmds = c.Total()
 		res.HottestSlotShare = round6(c.HottestSlotShare())
-		res.KeyMessages = c.Work()
+		res.PresenceCalls = c.Upkeep()
+		res.KeyMessages = c.Work() - res.PresenceCalls
 	}
 	if a.Decisions > 0 {
 		res.RedisCmdsPerDecision = round6(float64(res.RedisCmds) / float64(a.Decisions))

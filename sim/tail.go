@@ -76,12 +76,12 @@ func ParseKeyCounts(s string) ([]int, error) {
 
 // WriteTailTable writes one row per strategy and sync interval at each
 // key count: decisions per key per instance per interval, the accuracy,
-// and what Redis ran per decision: key messages (what its CPU goes on)
-// and commands, beside the first sights per decision.
+// and what Redis ran per decision: key messages (what its CPU goes on),
+// presence calls and commands, beside the first sights per decision.
 func WriteTailTable(w io.Writer, tails []Tail) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "keys\tper key, instance, interval\tstrategy\tdecisions\tovershoot\tworst window\t"+
-		"key msgs/decision\tcmds/decision\tfirst sights/decision\t")
+		"key msgs/decision\tpresence/decision\tcmds/decision\tfirst sights/decision\t")
 	for _, t := range tails {
 		if t.Report == nil {
 			continue
@@ -94,12 +94,13 @@ func WriteTailTable(w io.Writer, tails []Tail) error {
 			if r.Strategy.Synced() && r.Decisions > 0 {
 				first = strconv.FormatFloat(float64(t.FirstSights)/float64(r.Decisions), 'f', 4, 64)
 			}
-			msgs := 0.0
+			msgs, presence := 0.0, 0.0
 			if r.Decisions > 0 {
 				msgs = float64(r.KeyMessages) / float64(r.Decisions)
+				presence = float64(r.PresenceCalls) / float64(r.Decisions)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%.4f\t%.4f\t%s\t\n", t.Keys, per, r.Label(), r.Decisions,
-				pct(r.OvershootRatio), pct(r.WorstWindowOvershootRatio), msgs, r.RedisCmdsPerDecision, first)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%.4f\t%.4f\t%.4f\t%s\t\n", t.Keys, per, r.Label(), r.Decisions,
+				pct(r.OvershootRatio), pct(r.WorstWindowOvershootRatio), msgs, presence, r.RedisCmdsPerDecision, first)
 		}
 	}
 	return tw.Flush()

@@ -68,3 +68,31 @@ func TestParseKeyCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestTailReserveNeverAboveOne spreads 1000 requests a second from four
+// instances over 5000 keys for 30 s under a limit leased ahead of demand
+// (100 a second: 5 tokens an instance and interval): an instance sees a
+// key about once in 20 s, so most decisions fetch, and the lease each
+// fetch brings goes idle past the idle hold. Reserve must send at most
+// one key message a decision, as the exact limiter sends one script; its
+// presence calls, one an instance and interval, are counted apart.
+func TestTailReserveNeverAboveOne(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Scenario = small(Uniform)
+	cfg.Scenario.Duration = 30 * time.Second
+	cfg.Strategies = []Strategy{Reserve}
+	cfg.Intervals = []time.Duration{200 * time.Millisecond}
+	tails, err := RunTail(context.Background(), cfg, []int{5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tails[0].Report.Results[0]
+	per := float64(r.KeyMessages) / float64(r.Decisions)
+	t.Logf("%d decisions: %d key messages (%.4f a decision), %d presence calls", r.Decisions, r.KeyMessages, per, r.PresenceCalls)
+	if per > 1 {
+		t.Errorf("reserve sent %.4f key messages a decision on the long tail, want at most 1", per)
+	}
+	if want := int64(4 * 30 / 0.2); r.PresenceCalls < want*9/10 || r.PresenceCalls > want*11/10 {
+		t.Errorf("%d presence calls, want about %d: one an instance and interval", r.PresenceCalls, want)
+	}
+}

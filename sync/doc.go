@@ -81,6 +81,9 @@ package sync
 //	apply       fold a reply into an entry (a round's replies, a mode's part)
 //	withdraw    remove unspent tokens from a key's allowance (handed back,
 //	            dropped, lapsed)
+//	let go      drop an idle key's lease, granted and spent by no one, rather
+//	            than hand it back to a bucket that has refilled
+//	            (account.Policy.LetsGo; Stats.Dropped counts it)
 //	fetch       a round that decisions out of allowance wait for
 //	linger      how long the first of them waits for others before it goes
 //	flagged     an entry a decision asked to sync before its turn

@@ -371,6 +371,59 @@ func TestCallerTimeAheadStillIdles(t *testing.T) {
 	}
 }
 
+// TestIdleKeyLetsGoOnlyARefilledBucket leaves a key idle past the idle
+// hold holding a lease beyond what its first decision cost. A decision of
+// 1 under 1,000 a second left its bucket near full, refilled by then, so
+// a hand-back would be cut at the burst: the lease goes, granted, spent by
+// no one, without a message. A decision of 990 under 20 a second (burst
+// 1,000) left it near empty, 200 tokens refilled since: the lease goes
+// back to Redis, one message. Either way nothing is held after, and the
+// key goes from memory.
+func TestIdleKeyLetsGoOnlyARefilledBucket(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	for _, c := range []struct {
+		limit    hybridlimit.Limit
+		cost     int64
+		refilled bool
+	}{
+		{hybridlimit.PerSecond(1000), 1, true},
+		{hybridlimit.Limit{Rate: 20, Period: time.Second, Burst: 1000}, 990, false},
+	} {
+		clk := clock.New(time.Now())
+		l := clocked(t, rdb, clk, hlsync.WithPrefix(redistest.Prefix(t)), hlsync.WithSyncInterval(100*time.Millisecond, 0))
+		ctx := context.Background()
+		if r, err := l.AllowN(ctx, "k", c.limit, c.cost); err != nil || !r.Allowed || r.Source != hybridlimit.SourceGlobal {
+			t.Fatalf("%v: first decision = %+v, %v", c.limit, r, err)
+		}
+		// The first round after the decision sees its consumption (the key
+		// in use until then), and tops the lease up to what that demand
+		// wants; the key is idle from there.
+		clk.Advance(10 * time.Second)
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before := l.Stats()
+		if before.Outstanding <= 0 {
+			t.Fatalf("%v: nothing held after the first round", c.limit)
+		}
+		for range 3 { // 30 s: past the idle hold (10 s) and twice it
+			clk.Advance(10 * time.Second)
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := l.Stats()
+		var msgs, dropped uint64 = 1, 0 // the hand-back
+		if c.refilled {
+			msgs, dropped = 0, uint64(before.Outstanding)
+		}
+		if s.Messages-before.Messages != msgs || s.Dropped != dropped || s.Outstanding != 0 || s.Keys != 0 || s.Admitted != uint64(c.cost) {
+			t.Errorf("%v, holding %d, idle 30 s: %d messages, %d dropped, %d held, %d keys, %d admitted; want %d, %d, 0, 0, %d",
+				c.limit, before.Outstanding, s.Messages-before.Messages, s.Dropped, s.Outstanding, s.Keys, s.Admitted, msgs, dropped, c.cost)
+		}
+	}
+}
+
 // TestCallerTimeBeforeStart decides at times before the limiter was made:
 // a fresh key was denied for the whole gap without asking Redis, and a
 // split key's first decision indexed its parts out of range (a panic).

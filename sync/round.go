@@ -171,7 +171,8 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	if d := l.owing.get(e); d != nil && d.Owed > 0 {
 		k.Owed, k.Since = d.Owed, d.Since
 	}
-	wire, send := e.ledger.Compose(l.mode, &e.avail, k, limit, final)
+	wire, send, let := e.ledger.Compose(l.mode, &e.avail, k, limit, final)
+	l.stats.dropped.Add(uint64(let))
 	return message{limit: limit, wire: wire}, send
 }
 
@@ -186,6 +187,7 @@ func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) account
 		Held:    e.avail.Load(),
 		Left:    e.left.Load(),
 		Unused:  time.Duration(l.nanos(now) - e.ledger.Use.UsedAt),
+		Full:    e.synced.Load() && account.Full(limit, e.left.Load(), l.nanos(now)-e.heardAt.Load()),
 		Serving: e.key == e.owner || l.turnedTo(e, now),
 	}
 }

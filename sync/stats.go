@@ -20,7 +20,7 @@ type counters struct {
 	evictedAdmitted                                            atomic.Uint64 // tokens admitted by entries since evicted
 	refunded                                                   atomic.Uint64 // tokens given back by Refund
 	charged                                                    atomic.Uint64 // tokens charged by Charge
-	dropped                                                    atomic.Uint64 // tokens held under a burst since lowered, spent by no one
+	dropped                                                    atomic.Uint64 // tokens granted and spent by no one: held under a burst since lowered, or let go idle
 	admitted                                                   highWater     // the largest Stats.Admitted reported
 	lastSuccess                                                atomic.Int64  // clock reading, in ns since the limiter's base, plus 1, of the last round Redis answered; 0 if none
 	unanswered                                                 atomic.Int64  // the same of when the first round Redis did not answer since was prepared; 0 if none
@@ -113,8 +113,9 @@ type Stats struct {
 
 	// Cost admitted from allowance since New, refunds and charges
 	// included; cost given back by Refund; cost charged by Charge;
-	// allowance dropped unspent by a lowered burst; and the allowance held
-	// unspent now.
+	// allowance granted and dropped unspent, under a lowered burst or let
+	// go by a key idle past the idle hold whose bucket had refilled; and
+	// the allowance held unspent now.
 	Admitted, Refunded, Charged, Dropped uint64
 	Outstanding                          int64
 	// Debt is how far the buckets of the keys tracked here are short of
@@ -232,12 +233,12 @@ func (l *Limiter) Stats() Stats {
 func (l *Limiter) tally(now int64) (admitted uint64, outstanding, split, debt int64) {
 	c := &l.stats
 	l.retiring.RLock()
-	admitted = c.evictedAdmitted.Load() + c.refunded.Load() - c.dropped.Load()
+	sum := int64(c.evictedAdmitted.Load() + c.refunded.Load())
 	l.each(func(e *entry) {
 		l.lockGather(e)
 		held, consumed := e.ledger.Snapshot(&e.avail)
 		l.scatterUnlock(e)
-		admitted += uint64(consumed)
+		sum += consumed
 		outstanding += held
 		if !e.whole() && e.key == e.owner {
 			split++
@@ -245,10 +246,14 @@ func (l *Limiter) tally(now int64) (admitted uint64, outstanding, split, debt in
 		debt += e.debt(now)
 	})
 	l.retiring.RUnlock()
-	// A refund moves cost out of an entry and into the refunded count in
-	// one step the walk above may see half done: Admitted, a counter, is
-	// kept from going down meanwhile.
-	return c.admitted.raise(admitted), outstanding, split, debt
+	// Tokens dropped leave an entry's allowance for its consumption and
+	// join the dropped count under its lock: read after the walk, that
+	// count holds every drop the walk saw, and a drop the walk missed
+	// reads low, never high. A refund moves cost out of an entry and into
+	// the refunded count in one step the walk may see half done. Admitted,
+	// a counter, is kept from going down meanwhile.
+	sum -= int64(c.dropped.Load())
+	return c.admitted.raise(uint64(max(sum, 0))), outstanding, split, debt
 }
 
 // nodeStats returns each node's breaker state, the time any breaker has

@@ -531,6 +531,8 @@ func writeTail(w io.Writer, tails []sim.Tail, o *options) error {
                  in a while, and Reserve fetches for each, as the exact limiter asks Redis for each
   key msgs/decision  key messages Redis ran (a script on one key is one, a sync call one per key
                  it carries) per request decided: what Redis's CPU goes on
+  presence/decision  the hybrid's presence calls per request decided: one an instance and sync
+                 interval, whatever the keys and traffic
   cmds/decision  commands sent per request decided (a sync call carries several key messages)
   first sights/decision, overshoot, worst window: as in -scale's table and the default one
 `)

@@ -372,7 +372,7 @@ func (r *runner) simulate(d *data, svg string) error {
 	if d.ScaleTick, err = r.scaleJSON("-scale 1,10,100 -strategies reserve -linger 50ms"); err != nil {
 		return err
 	}
-	d.Tail, err = r.tailJSON("-scenario uniform -rate 20000 -limit 10 -tail 20,200,2000,20000,100000")
+	d.Tail, err = r.tailJSON("-scenario uniform -rate 20000 -limit 100 -duration 30s -tail 20,200,2000,20000,100000")
 	return err
 }
 

@@ -142,25 +142,26 @@ func scaleTable(s ScaleRun) string {
 
 // tailTable renders a -tail run as a markdown table: a row per key count
 // and strategy, how often an instance sees a key, the accuracy, and what
-// Redis ran per decision.
+// Redis ran per decision: key messages, presence calls, commands.
 func tailTable(r TailRun) string {
 	var b strings.Builder
-	b.WriteString("| keys | decisions per key, instance, interval | strategy | overshoot | worst window | key messages/decision | cmds/decision | first sights/decision |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| keys | decisions per key, instance, interval | strategy | overshoot | worst window | key messages/decision | presence calls/decision | cmds/decision | first sights/decision |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Tails {
 		for _, res := range t.Report.Results {
-			per, first, msgs := "-", "-", 0.0
+			per, first, msgs, presence := "-", "-", 0.0, 0.0
 			if res.SyncIntervalMS != nil {
 				per = strconv.FormatFloat(t.PerInterval(res), 'g', 3, 64)
 			}
 			if res.Decisions > 0 {
 				msgs = float64(res.KeyMessages) / float64(res.Decisions)
+				presence = float64(res.PresenceCalls) / float64(res.Decisions)
 				if res.Strategy.Synced() {
 					first = strconv.FormatFloat(float64(t.FirstSights)/float64(res.Decisions), 'f', 4, 64)
 				}
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.4f | %.4f | %s |\n", t.Keys, per, res.Label(),
-				pct(res.OvershootRatio), pct(res.WorstWindowOvershootRatio), msgs, res.RedisCmdsPerDecision, first)
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.4f | %.4f | %.4f | %s |\n", t.Keys, per, res.Label(),
+				pct(res.OvershootRatio), pct(res.WorstWindowOvershootRatio), msgs, presence, res.RedisCmdsPerDecision, first)
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")

@@ -56,7 +56,7 @@ func TestReserveHandBackLost(t *testing.T) {
 				var a Ledger
 				var ac plain
 				a.Waiting = 80
-				m, _ := a.Compose(mode, &ac, look(&ac, 0, false), limit, false)
+				m, _, _ := a.Compose(mode, &ac, look(&ac, 0, false), limit, false)
 				a.Apply(mode, &ac, Look{}, m, send("A", m))
 				a.Answered(true)
 				a.Waiting = 0
@@ -65,7 +65,7 @@ func TestReserveHandBackLost(t *testing.T) {
 				}
 
 				// Idle, A hands most of it back; the reply is lost.
-				m, says := a.Compose(mode, &ac, look(&ac, 0, true), limit, false)
+				m, says, _ := a.Compose(mode, &ac, look(&ac, 0, true), limit, false)
 				if !says || m.Value >= 80 {
 					t.Fatalf("idle A says %v with value %d: want a hand-back", says, m.Value)
 				}
@@ -81,7 +81,7 @@ func TestReserveHandBackLost(t *testing.T) {
 
 				// A asks again, for waiting decisions.
 				a.Waiting = waiting
-				m, says = a.Compose(mode, &ac, look(&ac, 0, true), limit, false)
+				m, says, _ = a.Compose(mode, &ac, look(&ac, 0, true), limit, false)
 				if !says {
 					t.Fatal("A, unanswered, says nothing")
 				}

@@ -109,8 +109,9 @@ type Mode interface {
 	// to lapse in Redis.
 	Lapse(l *Ledger, c Counter, t int64)
 	// Compose fills in m's Value, Held and Budget and reports whether the
-	// key has anything to say; final hands everything back.
-	Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool
+	// key has anything to say, and the tokens granted it let go, spent by
+	// no one (Reserve's, Policy.LetsGo); final hands everything back.
+	Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) (says bool, let int64)
 	// Apply folds the mode's part of reply r to message m into the ledger
 	// and returns the tokens of the bucket the key may count on. Of k it
 	// reads T, Owed and Closed.
@@ -136,9 +137,10 @@ type Mode interface {
 
 // Compose computes the key's next message under limit, its part's: what
 // is common to both modes (the limit, the total last heard, what is owed),
-// then the mode's part; it reports whether there is anything to say. The
-// caller has measured the key's demand into Use.
-func (l *Ledger) Compose(mode Mode, c Counter, k Look, limit hybridlimit.Limit, final bool) (scripts.SyncMsg, bool) {
+// then the mode's part; it reports whether there is anything to say, and
+// the tokens granted it let go (Mode.Compose). The caller has measured the
+// key's demand into Use.
+func (l *Ledger) Compose(mode Mode, c Counter, k Look, limit hybridlimit.Limit, final bool) (scripts.SyncMsg, bool, int64) {
 	m := scripts.SyncMsg{
 		Rate: limit.Rate, PeriodUS: limit.Period.Microseconds(), Burst: limit.Burst,
 		Base: l.Acked, Budget: -1,
@@ -150,7 +152,8 @@ func (l *Ledger) Compose(mode Mode, c Counter, k Look, limit hybridlimit.Limit, 
 	if k.Owed > 0 {
 		m.Owed, m.AgeUS = k.Owed, time.Duration(k.T-k.Since).Microseconds()
 	}
-	return m, mode.Compose(l, c, k, &m, final)
+	says, let := mode.Compose(l, c, k, &m, final)
+	return m, says, let
 }
 
 // Sending marks a message prepared at t in flight.

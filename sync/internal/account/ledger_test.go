@@ -35,9 +35,12 @@ type ledgerStep struct {
 	final          bool
 	lost           bool              // the reply does not come
 	reply          scripts.SyncReply // if it does
+	unused         time.Duration     // since consumption was last seen
+	full           bool              // the bucket is full by Redis's last word
 	// want:
 	says              bool
 	value, held       int64 // the message's
+	let               int64 // granted and let go
 	avail, issued, ok int64 // after the reply: the counter, Issued, Acked
 }
 
@@ -55,13 +58,13 @@ func runLedger(t *testing.T, mode Mode, steps []ledgerStep) {
 		l.Waiting = s.waiting
 		mode.Lapse(&l, &c, now)
 		h := steady()
-		h.Demand, h.Held = 0, c.Held()
+		h.Demand, h.Held, h.Unused, h.Full = 0, c.Held(), s.unused, s.full
 		k := Look{T: now, Holding: h, Synced: synced}
-		m, says := l.Compose(mode, &c, k, perSecond1000, s.final)
+		m, says, let := l.Compose(mode, &c, k, perSecond1000, s.final)
 		l.Waiting = 0
-		if says != s.says || says && (m.Value != s.value || m.Held != s.held) {
-			t.Fatalf("step %d (%d ms): says %v, value %d, held %d; want %v, %d, %d",
-				i, s.at, says, m.Value, m.Held, s.says, s.value, s.held)
+		if says != s.says || says && (m.Value != s.value || m.Held != s.held) || let != s.let {
+			t.Fatalf("step %d (%d ms): says %v, value %d, held %d, let go %d; want %v, %d, %d, %d",
+				i, s.at, says, m.Value, m.Held, let, s.says, s.value, s.held, s.let)
 		}
 		if says {
 			l.Sending(now)
@@ -102,6 +105,31 @@ func TestLedgerReserveSteps(t *testing.T) {
 	})
 }
 
+// TestLedgerReserveIdle steps two Reserve keys past the idle hold (10 s
+// on the test policy's grid) holding 8 of a grant of 9: one whose bucket
+// Redis last said was short of full, which hands the 8 back, and one whose
+// bucket has refilled since, which lets them go, granted all the same, and
+// has nothing to say. Either way it holds nothing after, and nothing is
+// due.
+func TestLedgerReserveIdle(t *testing.T) {
+	total := func(n int64) scripts.SyncReply { return scripts.SyncReply{Total: n, Remaining: 1000 - n} }
+	idle := 10 * time.Second
+	for _, full := range []bool{false, true} {
+		steps := []ledgerStep{
+			// A decision waits: its cost and the minimum lease.
+			{at: 0, waiting: 1, reply: total(9), says: true, value: 9, avail: 9, issued: 9, ok: 9},
+			{at: 250, spend: 1, says: false, avail: 8, issued: 9, ok: 9},
+		}
+		last := ledgerStep{at: 10250, unused: idle, full: full}
+		if full {
+			last.says, last.let, last.issued, last.ok = false, 8, 9, 9
+		} else {
+			last.reply, last.says, last.value, last.issued, last.ok = total(1), true, 1, 1, 1
+		}
+		runLedger(t, Reserve{Policy: testPolicy()}, append(steps, last))
+	}
+}
+
 // TestLedgerOptimisticSteps steps an Optimistic key without a budget: a
 // first report, a report with decisions admitted while it was out (the
 // allowance counts from what the message carried), a lost reply and its
@@ -136,7 +164,7 @@ func TestLedgerOptimisticLateReplyGrantsNothing(t *testing.T) {
 	var c plain
 	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
 	k := Look{T: 0, Holding: steady()}
-	m, says := l.Compose(o, &c, k, perSecond1000, false)
+	m, says, _ := l.Compose(o, &c, k, perSecond1000, false)
 	if !says {
 		t.Fatal("a first report says nothing")
 	}

@@ -145,18 +145,26 @@ func (Reserve) Lapse(*Ledger, Counter, int64) {}
 // counter first, so that no reply, lost or late, can let this instance
 // spend it.
 //
+// A key idle past the idle hold whose bucket is full again lets what it
+// holds go instead (Policy.LetsGo): it stays granted, and the key has
+// nothing to say.
+//
 // The base it states is what the key holds grants for, before this
 // message: the total last heard, or less after a hand-back that got no
 // reply. Redis may have applied that hand-back and granted the tokens to
 // another instance; raised to the total last heard, the ledger would take
 // them again, into debt, and the reply would grant them to this instance
 // twice.
-func (r Reserve) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
+func (r Reserve) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) (says bool, let int64) {
 	m.Base = min(m.Base, l.Issued-m.Owed)
 	excess, more := r.Policy.ReserveAsk(k.Holding, l.Waiting, final)
-	l.Withdraw(c, excess)
+	n := l.Withdraw(c, excess)
+	if !final && r.Policy.LetsGo(k.Holding) {
+		l.Issued += n // spent by no one, granted all the same
+		let = n
+	}
 	m.Value = l.Issued + more
-	return more > 0 || ReserveSays(m.Value, l.Acked, m.Owed, l.Unacked, k.Synced, l.Waiting)
+	return more > 0 || ReserveSays(m.Value, l.Acked, m.Owed, l.Unacked, k.Synced, l.Waiting), let
 }
 
 // Apply gives the key what Redis granted beyond what it had heard of.
@@ -200,7 +208,7 @@ func (o Optimistic) Lapse(l *Ledger, c Counter, t int64) {
 
 // Compose reports what the key admitted, and what it holds unspent,
 // which Redis never records less of (it may be spent before the reply).
-func (o Optimistic) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) bool {
+func (o Optimistic) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, final bool) (says bool, let int64) {
 	m.Budget = o.BudgetOf(m.Burst)
 	if final {
 		l.SetAllowance(c, func(int64) int64 { return 0 })
@@ -218,7 +226,7 @@ func (o Optimistic) Compose(l *Ledger, c Counter, k Look, m *scripts.SyncMsg, fi
 	}
 	m.Value = consumed
 	renewing := o.Renewing(held, k.T, l.GrantAt)
-	return OptimisticSays(consumed, l.Acked, k.Synced, l.Unacked, final, renewing, k.Flagged)
+	return OptimisticSays(consumed, l.Acked, k.Synced, l.Unacked, final, renewing, k.Flagged), 0
 }
 
 // Apply sets the allowance to what the reply grants, less what the key

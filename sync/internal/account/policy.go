@@ -30,6 +30,7 @@ type Holding struct {
 	Held    int64             // allowance unspent
 	Left    int64             // tokens in the part's bucket at the last sync
 	Unused  time.Duration     // since consumption was last seen
+	Full    bool              // the part's bucket holds its burst by Redis's last word and the refill since
 	Serving bool              // spends ahead of demand: a whole key, a split key's home, or the part home turned to
 }
 
@@ -57,6 +58,23 @@ func (p Policy) Tick() time.Duration { return max(p.Interval/4, time.Millisecond
 // key's burst, which bounds what idle instances keep from busy ones.
 func (p Policy) IdleHold() time.Duration {
 	return max(idleHoldIntervals*p.Interval, minIdleHold)
+}
+
+// LetsGo reports whether a Reserve key idle past the idle hold lets what
+// it holds go, spent by no one, rather than hand it back: its bucket is
+// full by Redis's last word and the refill since, so a hand-back would be
+// cut at the burst and change nothing, but for tokens other instances
+// took since (it gives them at most what it holds, a lease), while the
+// message that says so costs Redis what a fetch does.
+// On a long tail of keys, each seen by an instance about once an idle
+// hold, a hand-back a fetch took the hybrid to two messages a decision
+// where the exact limiter sends one.
+func (p Policy) LetsGo(h Holding) bool { return h.Full && h.Unused >= p.IdleHold() }
+
+// Full reports whether a bucket of limit that held left tokens since ns
+// ago holds its burst now.
+func Full(limit hybridlimit.Limit, left, since int64) bool {
+	return float64(left)+limit.TokensIn(time.Duration(since)) >= float64(limit.Burst)
 }
 
 // Lease returns what h holds ahead of demand in Reserve mode: its demand

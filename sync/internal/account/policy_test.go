@@ -227,3 +227,18 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestFull: a bucket of 10 a second holding 9 is full a token's time
+// later, not before; one holding none, a second later.
+func TestFull(t *testing.T) {
+	limit := hybridlimit.PerSecond(10)
+	ms := int64(time.Millisecond)
+	for _, c := range []struct {
+		left, since int64
+		want        bool
+	}{{9, 99 * ms, false}, {9, 100 * ms, true}, {0, 999 * ms, false}, {0, 1000 * ms, true}, {10, 0, true}} {
+		if got := Full(limit, c.left, c.since); got != c.want {
+			t.Errorf("Full(%v, %d left, %v since) = %v, want %v", limit, c.left, time.Duration(c.since), got, c.want)
+		}
+	}
+}
