@@ -310,7 +310,6 @@ func (l *Limiter) newEntry(name, key string, limit hybridlimit.Limit, now time.T
 		group:  int32(l.partGroup(key, j, at.shards)),
 		epoch:  l.seq.Add(1),
 		ledger: account.Ledger{Use: account.Usage{LastAt: l.nanos(now), UsedAt: l.nanos(now)}},
-		due:    -1,
 	}
 	e.placeAt(j, at)
 	e.limit.Store(l.limits.get(limit))

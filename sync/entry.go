@@ -39,7 +39,6 @@ type entry struct {
 	synced     atomic.Bool                       // Redis has answered for this entry at least once
 	// The first cache line ends here: all a decision reads or writes.
 
-	hash      uint64
 	owner     string        // the caller's key; key is the table's name for it
 	place                   // where this entry's bucket sits in its key's layout: parts.go's alone
 	deniedFor atomic.Uint32 // limitHash of the key's limit denyUntil was set under
@@ -52,8 +51,9 @@ type entry struct {
 	group    int32          // the slot group of the entry's keys in Redis; set at creation
 	flagged  bool           // on the limiter's list of entries wanting an early sync
 	owes     bool           // owes Redis tokens, in the limiter's owing
+	dueSlot  int8           // the schedule's slot it waits in, while due links it there; guarded by the schedule's lock
 	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock (parts.go)
-	due      int64          // the tick the schedule holds it for, or -1 if none; guarded by the schedule's lock
+	due      dueLink        // its neighbours in the schedule's list of its slot, or none; guarded by the schedule's lock
 	epoch    int64          // first sequence number of this entry's messages
 }
 

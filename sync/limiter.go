@@ -165,7 +165,7 @@ func New(rdb hybridlimit.Redis, opts ...Option) (*Limiter, error) {
 	// instance that keeps its id still numbers above its past.
 	l.seq.Store(cfg.clock.Now().UnixMicro())
 	l.live.Store(1)
-	l.sched.tick = int64(l.pol.Tick())
+	l.sched.init(int64(l.pol.Tick()))
 	l.nodes.init(cfg.groups, nodeName(rdb), cfg.logger, cfg.interval)
 	l.probeKeys = make([]string, cfg.groups)
 	for g, tag := range l.tags {

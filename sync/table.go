@@ -83,14 +83,13 @@ func (t *table) getOrInsert(key string, create func() *entry) (*entry, bool) {
 		}
 	}
 	e := create()
-	e.hash = h
 	if free >= 0 { // reuse a tombstone on the chain
 		slots[free].Store(e)
 		s.live++
 		return e, true
 	}
 	if (s.used+1)*4 > len(slots)*3 {
-		slots = s.grow()
+		slots = s.grow(t.hash)
 		mask = uint64(len(slots) - 1)
 	}
 	for i := (h / tableShards) & mask; ; i = (i + 1) & mask {
@@ -105,8 +104,8 @@ func (t *table) getOrInsert(key string, create func() *entry) (*entry, bool) {
 }
 
 // grow publishes a slot array sized for twice the live entries, without
-// tombstones. The caller holds s.mu.
-func (s *tableShard) grow() []atomic.Pointer[entry] {
+// tombstones, placing each by hash of its key. The caller holds s.mu.
+func (s *tableShard) grow(hash func(string) uint64) []atomic.Pointer[entry] {
 	old := *s.slots.Load()
 	n := 8
 	for n*3 < (s.live+1)*2*4 {
@@ -119,7 +118,7 @@ func (s *tableShard) grow() []atomic.Pointer[entry] {
 		if e == nil || e == tombstone {
 			continue
 		}
-		for j := (e.hash / tableShards) & mask; ; j = (j + 1) & mask {
+		for j := (hash(e.key) / tableShards) & mask; ; j = (j + 1) & mask {
 			if slots[j].Load() == nil {
 				slots[j].Store(e)
 				break
@@ -133,12 +132,13 @@ func (s *tableShard) grow() []atomic.Pointer[entry] {
 
 // delete removes e if it is still the entry stored for its key.
 func (t *table) delete(e *entry) {
-	s := &t.shards[e.hash%tableShards]
+	h := t.hash(e.key)
+	s := &t.shards[h%tableShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slots := *s.slots.Load()
 	mask := uint64(len(slots) - 1)
-	for i := (e.hash / tableShards) & mask; ; i = (i + 1) & mask {
+	for i := (h / tableShards) & mask; ; i = (i + 1) & mask {
 		cur := slots[i].Load()
 		if cur == nil {
 			return
@@ -153,13 +153,13 @@ func (t *table) delete(e *entry) {
 
 // replace stores next, an entry of the same key, in the slot of prev.
 func (t *table) replace(prev, next *entry) {
-	next.hash = prev.hash
-	s := &t.shards[prev.hash%tableShards]
+	h := t.hash(prev.key)
+	s := &t.shards[h%tableShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slots := *s.slots.Load()
 	mask := uint64(len(slots) - 1)
-	for i := (prev.hash / tableShards) & mask; ; i = (i + 1) & mask {
+	for i := (h / tableShards) & mask; ; i = (i + 1) & mask {
 		cur := slots[i].Load()
 		if cur == nil {
 			return
