@@ -67,7 +67,7 @@ func (p Policy) IdleHold() time.Duration {
 // took since (it gives them at most what it holds, a lease), while the
 // message that says so costs Redis what a fetch does.
 // On a long tail of keys, each seen by an instance about once an idle
-// hold, a hand-back a fetch took the hybrid to two messages a decision
+// hold, handing leases back would cost up to two messages a decision
 // where the exact limiter sends one.
 func (p Policy) LetsGo(h Holding) bool { return h.Full && h.Unused >= p.IdleHold() }
 
