@@ -159,8 +159,7 @@ func TestShardedSpreadsOverMasters(t *testing.T) {
 		// Each instance runs the same number of rounds, 12 ms apart, its
 		// decisions going on until every instance is done: the calls per
 		// master then follow the layout, not which instances a loaded
-		// machine happened to run (in 1.5 s, one master's two instances
-		// once made 20 calls to the others' 52 and 51).
+		// machine happens to run more often in a fixed time.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var rounds, deciders stdsync.WaitGroup
