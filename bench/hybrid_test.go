@@ -49,8 +49,8 @@ func BenchmarkHybridAllow(b *testing.B) {
 		// The heap per key is read before the loop starts: the keys'
 		// first decisions fetch without it, and the buffers of the loop's
 		// rounds, garbage or kept for the next, are the limiter's whatever
-		// the keys; read with the loop running, the figure varied by about
-		// 100 B a key from run to run.
+		// the keys, and move a reading taken while it runs by about 100 B
+		// a key from run to run.
 		heap0 := heapInUse()
 		warmDenials := warmHybrid(b, lim, keys)
 		perKey := float64(int64(heapInUse())-int64(heap0)) / float64(len(keys))
