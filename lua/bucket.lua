@@ -15,7 +15,7 @@
 --   x       the key's expiry in milliseconds by the scripts' clock (now_us,
 --           which may be the caller's), as last set, so that a message
 --           extends it only when it falls short, not every time.
---   l:<id>  instance id's ledger (sync.lua).
+--   lb:<id> instance id's ledger, packed (sync.lua).
 
 -- tat_text returns the text to store in field t for a bucket at tat, or
 -- nil when old (the field's text, or false for an absent bucket, as if 0)

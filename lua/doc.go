@@ -5,11 +5,11 @@
 // Each file opens with a header listing its KEYS and ARGV, with units, and
 // the shape of its reply. What scripts share lives once, in clock.lua (the
 // clock), preamble.lua (arguments, exact integer division, TTL rounding),
-// wide.lua (exact products past 2^53) and bucket.lua (the hybrid limiter's
-// bucket). The text a limiter sends, and whose SHA1 EVALSHA names, is the
-// shared files a script uses, in that order, followed by its body: a script
-// takes only the ones it uses, since Redis makes every function of a script
-// again on each run.
+// wide.lua (exact products past 2^53), bucket.lua (the hybrid limiter's
+// bucket) and packed.lua (its binary numbers). The text a limiter sends,
+// and whose SHA1 EVALSHA names, is the shared files a script uses, in that
+// order, followed by its body: a script takes only the ones it uses, since
+// Redis makes every function of a script again on each run.
 //
 // Time. A script reads the clock with Redis TIME, so every client of a
 // limiter shares one clock, unless the caller passes a positive time in

@@ -35,6 +35,7 @@ func ExampleFiles() {
 	// gcra.lua
 	// hit_counter.lua
 	// lock.lua
+	// packed.lua
 	// preamble.lua
 	// presence.lua
 	// reset_log.lua

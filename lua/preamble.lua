@@ -1,9 +1,10 @@
 -- preamble.lua: helpers shared by the limiter scripts: arguments, exact
 -- division, TTLs. internal/scripts puts it, with the other shared files a
--- script needs (clock.lua, wide.lua, bucket.lua), before the script's body
--- before hashing it, so each helper is written once and the SHA1 covers
--- exactly what Redis runs. A script is built only from the files it uses:
--- every function a file defines is made again on each run, called or not.
+-- script needs (clock.lua, wide.lua, bucket.lua, packed.lua), before the
+-- script's body before hashing it, so each helper is written once and the
+-- SHA1 covers exactly what Redis runs. A script is built only from the
+-- files it uses: every function a file defines is made again on each run,
+-- called or not.
 --
 -- Numbers. Redis Lua numbers are IEEE doubles, exact for integers below
 -- 2^53. Every quantity the scripts keep is such an integer: times and

@@ -55,28 +55,33 @@
 -- ARGV[3]     mode: "reserve" or "optimistic".
 -- ARGV[4]     this instance's id.
 -- ARGV[5]     allowance lifetime in microseconds.
--- ARGV[6]     the wire version, "2" (scripts.SyncVersion): the shape of this
---             header, the messages and the reply. A call of any other
---             version (the first had no version: its ARGV[6] is a bucket's
---             name) is answered with an error, and nothing is written.
+-- ARGV[6]     the wire version, "3" (scripts.SyncVersion): the shape of this
+--             header, the messages, the reply and the ledgers. A call of
+--             any other version (the first had no version: its ARGV[6] is a
+--             bucket's name) is answered with an error, and nothing is
+--             written.
 -- Then three arguments for each key i, from ARGV[7]:
 -- ARGV[3i+4]  global bucket of key i: a hash (see bucket.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
---             (l:<id>): "seq epoch total at": the last applied sequence
---             number, the epoch (first sequence number) of the instance's
---             state for the key that wrote it, the tokens granted (reserve)
---             or debited (optimistic) in all, and when it was written, in Unix
---             seconds. A ledger unwritten for the ledger TTL is stale: the
---             first message of an instance new to the key deletes the stale
---             ledgers of the others once the hash holds more than a few.
+--             (lb:<id>): four doubles (packed.lua): the last applied
+--             sequence number, the epoch (first sequence number) of the
+--             instance's state for the key that wrote it, the tokens granted
+--             (reserve) or debited (optimistic) in all, and when it was
+--             written, in Unix seconds. (Versions 1 and 2 wrote the same as
+--             text, "seq epoch total at", under l:<id>: this version neither
+--             reads nor writes those but prunes them when stale, and they
+--             never see these.) A ledger unwritten for the ledger TTL is
+--             stale: the first message of an instance new to the key
+--             deletes the stale ledgers of the others once the hash holds
+--             more than a few.
 --             The key lives until its bucket is full again and every
 --             ledger in it stale.
 -- ARGV[3i+5]  allowances of key i (optimistic mode with a budget): hash from
 --             instance id to "allowance lapse_us"; in the bucket's slot.
--- ARGV[3i+6]  the message of key i: eleven integers in decimal, separated
---             by one space (one argument rather than eleven: Redis turns
---             every argument into a Lua string, which cost more than
---             parsing this one):
+-- ARGV[3i+6]  the message of key i: eleven integers, each a little-endian
+--             double (packed.lua), 88 bytes (one argument rather than
+--             eleven: Redis turns every argument into a Lua string, which
+--             costs more than unpacking this one):
 --             rate (tokens per period), period (us), burst (tokens),
 --             seq (this message's sequence number: increasing per instance),
 --             epoch (the first sequence number of the instance's state for
@@ -111,8 +116,8 @@
 --                    applied, and the instance forgets what it holds and
 --                    owes for the key; 2 when this node does not serve the
 --                    key's slot: elsewhere, every other field 0).
-if ARGV[6] ~= '2' then
-  return redis.error_reply('sync: wire version ' .. tostring(ARGV[6]) .. ' unknown; this script reads version 2')
+if ARGV[6] ~= '3' then
+  return redis.error_reply('sync: wire version ' .. tostring(ARGV[6]) .. ' unknown; this script reads version 3')
 end
 local now = now_us()
 local now_ms = floor_div(now, 1000)
@@ -125,8 +130,11 @@ end
 local reserve = mode == 'reserve'
 local id = ARGV[4]
 local lifetime = int_arg(5)
-local lfield = 'l:' .. id
+local lfield = 'lb:' .. id
 local reply = {}
+-- The text of each limit the call's messages state, by the 24 bytes that
+-- state it: the calls of a round carry few limits, each for many keys.
+local limits = {}
 
 -- Fields (the bucket, its expiry, ledgers) a bucket may hold before a
 -- newcomer looks for stale ledgers.
@@ -181,16 +189,23 @@ local function recorded(akey)
   return tonumber(a)
 end
 
--- prune deletes the stale ledgers of bkey, if it holds more than a few.
+-- prune deletes the stale ledgers of bkey, this version's and the text
+-- ones of versions 1 and 2, if it holds more than a few. A ledger whose
+-- time cannot be read is stale.
 local function prune(bkey)
   if redis.call('HLEN', bkey) <= prune_above then return end
   local all = redis.call('HGETALL', bkey)
   for k = 1, #all, 2 do
-    if string.sub(all[k], 1, 2) == 'l:' then
-      local at = tonumber(string.match(all[k + 1], ' (%d+)$'))
-      if at == nil or at * 1000 + ledger_ttl < now_ms then
-        redis.call('HDEL', bkey, all[k])
-      end
+    local field, v = all[k], all[k + 1]
+    local ledger, at = false, nil
+    if string.sub(field, 1, 3) == 'lb:' then
+      ledger = true
+      if #v == 32 then at = select(4, struct.unpack('<dddd', v)) end
+    elseif string.sub(field, 1, 2) == 'l:' then
+      ledger, at = true, tonumber(string.match(v, ' (%d+)$'))
+    end
+    if ledger and (at == nil or at * 1000 + ledger_ttl < now_ms) then
+      redis.call('HDEL', bkey, field)
     end
   end
 end
@@ -198,13 +213,18 @@ end
 -- parse returns the eleven integers of message i, or raises a script error.
 local function parse(i)
   local m = ARGV[3 * i + 6]
-  local a, b, c, d, e, f, g, h, k, n, o = string.match(m or '',
-    '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%-?%d+) (%-?%d+) (%d+) (%d+)$')
-  if not a then
-    error('ARGV[' .. (3 * i + 6) .. '] is not a message: ' .. tostring(m))
+  if not m or #m ~= 88 then
+    error('ARGV[' .. (3 * i + 6) .. '] is not a message: ' .. tostring(m and #m) .. ' bytes, want 88')
   end
-  return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e),
-    tonumber(f), tonumber(g), tonumber(h), tonumber(k), tonumber(n), tonumber(o)
+  local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = struct.unpack('<ddddddddddd', m)
+  -- Each field at least its least (1, 1, -1 or 0) and finite: the sum is
+  -- NaN or infinite when one is.
+  local least = math.min(rate - 1, period - 1, burst, seq, epoch, base, value, budget + 1, held + 1, owed, age)
+  local sum = rate + period + burst + seq + epoch + base + value + budget + held + owed + age
+  if not (least >= 0 and sum < math.huge) then
+    error('ARGV[' .. (3 * i + 6) .. '] is not a message: a field out of range')
+  end
+  return rate, period, burst, seq, epoch, base, value, budget, held, owed, age
 end
 
 -- A bucket's state for one message: tat, its time as stored (0 for an
@@ -435,15 +455,21 @@ for i = 1, keys do repeat -- once; break is the next key
   local b = state(moved_s == 0 and raw, got[4], got[7])
   local limit_text = nil
   if moved_s == 0 then
-    limit_text = relimit(b, got[5], string.format('%d %d %d', rate, period, burst), interval, burst)
+    local stated = string.sub(ARGV[3 * i + 6], 1, 24)
+    local text = limits[stated]
+    if not text then
+      text = string.format('%d %d %d', rate, period, burst)
+      limits[stated] = text
+    end
+    limit_text = relimit(b, got[5], text, interval, burst)
   end
 
   local lseq, total = 0, base
   local otext = nil -- field o, when an Optimistic message owed
   if l then
-    local s, e, n = string.match(l, '^(%d+) (%d+) (%d+)')
-    lseq = tonumber(s)
-    if tonumber(e) == epoch then total = tonumber(n) end
+    local s, e, n = struct.unpack('<ddd', l)
+    lseq = s
+    if e == epoch then total = n end
   end
   -- A key reset (sync_reset.lua) since this instance's ledger was written:
   -- what it holds or owes under the old state is forgotten, not applied.
@@ -489,9 +515,7 @@ for i = 1, keys do repeat -- once; break is the next key
       total = value
     end
     if not l then prune(bkey) end
-    -- %d, not %.0f: the same digits for these integers, at a third of
-    -- the cost.
-    local w = {'HSET', bkey, lfield, string.format('%d %d %d %d', seq, epoch, total, now_s)}
+    local w = {'HSET', bkey, lfield, struct.pack('<dddd', seq, epoch, total, now_s)}
     local t = tat_text(b.tat, raw)
     if t then
       w[5], w[6] = 't', t

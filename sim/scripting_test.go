@@ -3,12 +3,17 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/lua"
 )
 
 // embeddedPair returns two embedded Redis servers, one running scripts in
@@ -75,6 +80,10 @@ func TestScriptingMatchesMiniredis(t *testing.T) {
 		{"no unknown globals", "return undefined_thing", nil, nil, true},
 		{"string library", "return string.format('%.17g', 0.1) .. string.match('12 34', '^(%d+) ')", nil, nil, false},
 		{"math library", "return {math.floor(2.5), math.fmod(7, 3), math.max(1, 9)}", nil, nil, false},
+		// The struct library (Go here, packed.lua's Lua in miniredis).
+		{"packed numbers", packed + packedRoundTrip, nil, []any{packedData()}, false},
+		{"packed format refused", packed + "return struct.pack('<i8', 1)", nil, nil, true},
+		{"packed data short", packed + "return struct.unpack('<dd', ARGV[1])", nil, []any{"12345678"}, true},
 	}
 	for _, tt := range tests {
 		var got, want any
@@ -99,6 +108,43 @@ func TestScriptingMatchesMiniredis(t *testing.T) {
 			t.Errorf("%s: reply %#v, miniredis %#v", tt.name, got, want)
 		}
 	}
+}
+
+// packed is lua/packed.lua, the struct library where the interpreter has
+// none.
+var packed = func() string {
+	src, err := lua.File("packed.lua")
+	if err != nil {
+		panic(err)
+	}
+	return src + "\n"
+}()
+
+// packedRoundTrip reads each double of ARGV[1] and answers it packed again
+// and as text, then a few numbers packed in one call.
+const packedRoundTrip = `
+local out, data = {}, ARGV[1]
+for i = 1, #data / 8 do
+  local v = struct.unpack('<d', data, 8 * i - 7)
+  out[#out + 1] = struct.pack('<d', v)
+  out[#out + 1] = string.format('%.17g', v)
+end
+out[#out + 1] = struct.pack('<ddd', 1, -2.5, 0.1)
+return out`
+
+// packedData returns finite doubles of every kind, packed.
+func packedData() string {
+	r := rand.New(rand.NewPCG(3, 4))
+	var b []byte
+	for _, v := range []float64{0, math.Copysign(0, -1), 1, -1, 1_700_000_000_123_456.5, 1<<53 - 1, math.SmallestNonzeroFloat64, math.MaxFloat64} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	for len(b) < 8*500 {
+		if v := math.Float64frombits(r.Uint64()); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+	}
+	return string(b)
 }
 
 func TestScriptingCommands(t *testing.T) {

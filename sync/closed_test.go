@@ -3,13 +3,13 @@ package sync_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -95,28 +95,27 @@ func TestLostGrantRestated(t *testing.T) {
 		t.Fatalf("AllowN(16) = %+v, %v", r, err)
 	}
 	bucket, _ := l.Keys("k")
-	ledger, err := rdb.HGet(ctx, bucket, "l:a").Result()
+	field := scripts.SyncLedgerField("a")
+	ledger, err := scripts.ParseSyncLedger(rdb.HGet(ctx, bucket, field).Val())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seq, epoch, total, at int64
-	if _, err := fmt.Sscanf(ledger, "%d %d %d %d", &seq, &epoch, &total, &at); err != nil {
-		t.Fatal(err)
-	}
 	// The grant is lost; the bucket stays empty (another instance took it).
-	if err := rdb.HSet(ctx, bucket, "l:a", fmt.Sprintf("%d %d %d %d", seq, epoch, 0, at)).Err(); err != nil {
+	lost := ledger
+	lost.Total = 0
+	if err := rdb.HSet(ctx, bucket, field, lost.String()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
 	if err := l.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ledger2, _ := rdb.HGet(ctx, bucket, "l:a").Result()
+	ledger2, err := scripts.ParseSyncLedger(rdb.HGet(ctx, bucket, field).Val())
 	took := taken(t, rdb, prefix, "k", limit, 64)
 	s := l.Stats()
-	t.Logf("ledger %q -> %q; Redis took %d; Admitted %d", ledger, ledger2, took, s.Admitted)
-	if _, err := fmt.Sscanf(ledger2, "%d %d %d %d", &seq, &epoch, &total, &at); err != nil || total != 16 {
-		t.Errorf("ledger after the next message %q (%v), want a total of 16", ledger2, err)
+	t.Logf("ledger %+v -> %+v; Redis took %d; Admitted %d", ledger, ledger2, took, s.Admitted)
+	if err != nil || ledger2.Total != 16 {
+		t.Errorf("ledger after the next message %+v (%v), want a total of 16", ledger2, err)
 	}
 	if took != 32 {
 		t.Errorf("Redis took %d of a bucket of 16, want 32: a's 16 again on top of the other's", took)

@@ -58,7 +58,7 @@ package sync
 //	            (account.Ledger.Issued)
 //	account     the instance's side of a key's ledger: what it holds, owes and
 //	            was granted, and the rules that move it (internal/account)
-//	ledger      a per-instance record in the key's hash ("l:" id): the last
+//	ledger      a per-instance record in the key's hash ("lb:" id): the last
 //	            sequence number applied, the epoch, the total granted or reported
 //	total       the ledger's running sum, which messages state absolutely
 //	base        the total the instance holds grants for: the total as it last

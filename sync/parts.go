@@ -80,7 +80,7 @@ func partOf(limit hybridlimit.Limit, j, s int) hybridlimit.Limit {
 }
 
 // partKeys names the Redis keys of part j of key in layout at: its global
-// bucket, a hash that also holds every instance's ledger (field "l:" and
+// bucket, a hash that also holds every instance's ledger (field "lb:" and
 // the instance id), and its Optimistic allowances. Part j lives in the
 // slot group sharding.Group assigns it, and a split key's names carry
 // "#j.s" after the kind (and ".gen" after the first generation), so whole

@@ -126,11 +126,11 @@ func TestRejoinKeepsLostGrant(t *testing.T) {
 	if spend(b, 500) {
 		t.Fatal("admitted without a reply")
 	}
-	ledger := rdb.HGet(ctx, bucket, "l:b").Val()
+	ledger, _ := scripts.ParseSyncLedger(rdb.HGet(ctx, bucket, scripts.SyncLedgerField("b")).Val())
 	b.lockGather(home)
 	issued, unacked := home.ledger.Issued, home.ledger.Unacked
 	b.scatterUnlock(home)
-	t.Logf("b's ledger in Redis %q; b's entry issued %d, unacked %v", ledger, issued, unacked)
+	t.Logf("b's ledger in Redis %+v; b's entry issued %d, unacked %v", ledger, issued, unacked)
 
 	// Cut off for half a marker's life: the entry must go back to the
 	// configured layout, but not before Redis has answered for the grant.

@@ -173,18 +173,18 @@ type call struct {
 	node *node // the node its messages' slot groups map to
 	msgs []*message
 	keys []string // KEYS: the first message's bucket, which routes the call
-	// names holds each message's bucket and allowances, argv its text
-	// (scripts.SyncMsg); args the header, then a pointer to each of a
-	// message's three.
+	// names holds each message's bucket and allowances, argv the message
+	// as sync.lua reads it (scripts.SyncMsg); args the header, then a
+	// pointer to each of a message's three.
 	names, argv []string
 	args        []any
 	err         error      // why the call got no usable reply, once sent
 	moved       []*message // the messages answered elsewhere
 }
 
-// batches splits the messages into script calls by node. Each message's
-// integers are written as text into one buffer per call, and its two key
-// names into another; each buffer becomes one string that the call's ARGV
+// batches splits the messages into script calls by node. Each message is
+// written packed into one buffer per call, and its two key names into
+// another; each buffer becomes one string that the call's ARGV
 // slice, and the command refers to them by pointer, which an interface
 // holds without copying. So a call costs a few allocations whatever its
 // number of messages, and an entry keeps no key names.
@@ -230,7 +230,7 @@ func (t *transport) newBuilding(n *node, size int) *building {
 			msgs: make([]*message, 0, size),
 			args: append(make([]any, 0, len(t.header)+scripts.SyncKeyArgs*size), t.header[:]...),
 		},
-		text:     make([]byte, 0, 64*size),
+		text:     make([]byte, 0, scripts.SyncMsgLen*size),
 		ends:     make([]int, 0, size),
 		nameText: make([]byte, 0, 2*48*size),
 		nameEnds: make([]int, 0, 2*size),

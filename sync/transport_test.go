@@ -3,11 +3,11 @@ package sync_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/hybridlimit/hybridlimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/scripts"
 	hlsync "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -121,12 +121,12 @@ func TestSlotMovedUnderCall(t *testing.T) {
 	// granted: the one token it admitted, its lease handed back.
 	for _, k := range []string{a, b} {
 		bucket, _ := l.Keys(k)
-		ledger, err := cc.HGet(context.Background(), bucket, "l:"+l.InstanceID()).Result()
+		ledger, err := cc.HGet(context.Background(), bucket, scripts.SyncLedgerField(l.InstanceID())).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := strings.Fields(ledger); len(f) != 4 || f[2] != "1" {
-			t.Errorf("%s: ledger %q after 1 admitted and Close, want a total of 1", k, ledger)
+		if got, err := scripts.ParseSyncLedger(ledger); err != nil || got.Total != 1 {
+			t.Errorf("%s: ledger %+v (%v) after 1 admitted and Close, want a total of 1", k, got, err)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 var (
 	// Sync reconciles a batch of keys with the global buckets, for one
 	// Redis server (or Sentinel's master).
-	Sync = load("sync", clock, preamble, bucket)
+	Sync = load("sync", clock, preamble, bucket, packed)
 	// SyncCluster is Sync declaring allow-cross-slot-keys, for a cluster:
 	// one call carries the keys of every slot one master serves.
 	SyncCluster = flagged(Sync, "allow-cross-slot-keys")

@@ -41,6 +41,7 @@ const (
 	preamble = "preamble" // arguments, exact division, TTLs
 	wide     = "wide"     // wide: exact products past 2^53
 	bucket   = "bucket"   // the hybrid limiter's bucket
+	packed   = "packed"   // the hybrid limiter's binary numbers
 )
 
 // load builds the Script for name.lua: the shared files it names, in order,

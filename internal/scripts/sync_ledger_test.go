@@ -56,19 +56,25 @@ func TestSyncBucketHash(t *testing.T) {
 	for i := 1; i < 20; i++ {
 		send(fmt.Sprint("old", i), 0)
 	}
+	// Version 2's text ledgers, one written before the TTL, one after.
+	c.HSet(ctx, keys[0], "l:v2stale", fmt.Sprintf("5 1 0 %d", now/1_000_000))
 	now += (ledgerTTL + 1_000) * 1_000
 	for i := range 3 {
 		send(fmt.Sprint("old", i), 1) // written again: live
 	}
+	c.HSet(ctx, keys[0], "l:v2live", fmt.Sprintf("5 1 0 %d", now/1_000_000))
 	send("new", 0)
+	if got := c.HMGet(ctx, keys[0], "l:v2stale", "l:v2live").Val(); got[0] != nil || got[1] == nil {
+		t.Errorf("version 2's ledgers after a newcomer: stale %v, live %v; want the live one only", got[0], got[1])
+	}
 	var ledgers []string
 	for _, f := range c.HKeys(ctx, keys[0]).Val() {
-		if strings.HasPrefix(f, "l:") {
+		if strings.HasPrefix(f, SyncLedgerField("")) {
 			ledgers = append(ledgers, f)
 		}
 	}
 	slices.Sort(ledgers)
-	if want := []string{"l:new", "l:old0", "l:old1", "l:old2"}; !slices.Equal(ledgers, want) {
+	if want := []string{SyncLedgerField("new"), SyncLedgerField("old0"), SyncLedgerField("old1"), SyncLedgerField("old2")}; !slices.Equal(ledgers, want) {
 		t.Errorf("ledgers after a newcomer = %v, want %v: the live ones only", ledgers, want)
 	}
 	if c.HGet(ctx, keys[0], "t").Val() == "" {

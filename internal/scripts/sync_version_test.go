@@ -9,14 +9,15 @@ import (
 )
 
 // TestSyncWireVersion checks the Sync call's wire version on one Redis
-// that instances of two versions share during a rolling deploy: a call
-// in another version's shape, the first version's header of five ARGV
-// without a version or a later version, is refused with an error naming
-// the version and writes nothing; and the stored state is no part of the
-// wire version: a ledger in the shape every version writes ("seq epoch
-// total at" under "l:" and the instance id, written here by hand as an
-// instance of the first version leaves it) is continued by this
-// version's messages, which never count its total twice.
+// that instances of several versions share during a rolling deploy: a call
+// in another version's shape (the first version's header of five ARGV
+// without a version, the second's text messages, a later version) is
+// refused with an error naming the version and writes nothing. The
+// ledgers are versioned with the wire: this version's are binary under
+// "lb:" and the instance id, and a ledger version 2 left as text under
+// "l:" ("seq epoch total at") is neither read nor overwritten; an instance
+// redeployed under the same id continues from the total its messages
+// state as held (base), and is granted what is above it once.
 func TestSyncWireVersion(t *testing.T) {
 	redistest.NoLeaks(t)
 	c := redistest.Standalone(t)
@@ -31,7 +32,8 @@ func TestSyncWireVersion(t *testing.T) {
 	for name, args := range map[string][]any{
 		// The first version's header: five ARGV, then the key's.
 		"version 1": append(append([]any{}, head[:SyncHeaderArgs-1]...), bucket, allowances, msg.String()),
-		"version 3": append(append(append([]any{}, head[:SyncHeaderArgs-1]...), 3), bucket, allowances, msg.String()),
+		"version 2": append(append(append([]any{}, head[:SyncHeaderArgs-1]...), 2), bucket, allowances, "100 1000000 100 10 1 0 5 -1 0 0 0"),
+		"version 4": append(append(append([]any{}, head[:SyncHeaderArgs-1]...), 4), bucket, allowances, msg.String()),
 	} {
 		_, err := Sync.Run(ctx, c, []string{bucket}, args...)
 		if err == nil || !strings.Contains(err.Error(), "wire version") {
@@ -47,13 +49,15 @@ func TestSyncWireVersion(t *testing.T) {
 	if _, err := runSync(ctx, c, []string{bucket, allowances}, h, SyncMsg{Rate: 100, PeriodUS: 1_000_000, Burst: 100, Seq: 7, Epoch: 1, Value: 30, Budget: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if f := strings.Fields(c.HGet(ctx, bucket, "l:new").Val()); len(f) != 4 || f[0] != "7" || f[1] != "1" || f[2] != "30" {
-		t.Fatalf("stored ledger %q, want the shape \"seq epoch total at\": 7 1 30 ...", f)
+	l, err := ParseSyncLedger(c.HGet(ctx, bucket, SyncLedgerField("new")).Val())
+	if err != nil || l.Seq != 7 || l.Epoch != 1 || l.Total != 30 || l.AtS != now/1_000_000 {
+		t.Fatalf("stored ledger %+v, %v; want seq 7, epoch 1, total 30, at %d", l, err, now/1_000_000)
 	}
-	// An instance of the first version was granted 30 in all, its last
-	// message numbered 7: its ledger as it left it.
+	// An instance of version 2 was granted 30 in all, its last message
+	// numbered 7: its ledger as it left it.
 	nowS := now / 1_000_000
-	c.HSet(ctx, bucket, "l:old", fmt.Sprintf("7 1 30 %d", nowS))
+	old := fmt.Sprintf("7 1 30 %d", nowS)
+	c.HSet(ctx, bucket, "l:old", old)
 	// Redeployed under the same id, it states the same total again, and
 	// then 40: Redis grants the 10 more once.
 	for _, tt := range []struct {
@@ -63,9 +67,9 @@ func TestSyncWireVersion(t *testing.T) {
 		{9, 40, 40, 60},
 		{9, 40, 40, 60}, // a retry of the same message changes nothing
 	} {
-		old := h
-		old.Instance = "old"
-		r, err := runSync(ctx, c, []string{bucket, allowances}, old,
+		h := h
+		h.Instance = "old"
+		r, err := runSync(ctx, c, []string{bucket, allowances}, h,
 			SyncMsg{Rate: 100, PeriodUS: 1_000_000, Burst: 100, Seq: tt.seq, Epoch: 1, Base: 30, Value: tt.value, Budget: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -73,5 +77,8 @@ func TestSyncWireVersion(t *testing.T) {
 		if r[0].Total != tt.total || r[0].Remaining != tt.remaining {
 			t.Errorf("seq %d value %d: total %d, remaining %d; want %d, %d", tt.seq, tt.value, r[0].Total, r[0].Remaining, tt.total, tt.remaining)
 		}
+	}
+	if got := c.HGet(ctx, bucket, "l:old").Val(); got != old {
+		t.Errorf("version 2's ledger %q, want it as it left it, %q", got, old)
 	}
 }

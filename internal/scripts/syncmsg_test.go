@@ -2,7 +2,9 @@ package scripts
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -19,19 +21,38 @@ func TestSyncMsgRoundTrip(t *testing.T) {
 		{Rate: maxExact - 1, PeriodUS: maxExact - 1, Burst: maxExact - 1, Seq: maxExact - 1, Epoch: 1, Base: maxExact - 1, Value: 0, Budget: 5, Held: 7, Owed: maxExact - 1, AgeUS: maxExact - 1},
 	} {
 		s := m.String()
-		if strings.ContainsAny(s, "e+.") || strings.Count(s, " ") != syncMsgFields-1 {
-			t.Errorf("%+v.String() = %q, want eleven plain integers", m, s)
+		if len(s) != SyncMsgLen {
+			t.Errorf("%+v.String() is %d bytes, want %d", m, len(s), SyncMsgLen)
 		}
 		got, err := ParseSyncMsg(s)
 		if err != nil || got != m {
 			t.Errorf("ParseSyncMsg(%q) = %+v, %v; want %+v", s, got, err, m)
 		}
 	}
-	for _, s := range []string{"", "1 2 3", "1 2 3 4 5 6 7 8 9 10", "1 2 3 4 5 6 7 8 9 10 11 12", "1 2 3 4 5 6 7 8 9 10 x", "1  2 3 4 5 6 7 8 9 10 11"} {
+	ones := make([]float64, syncMsgFields)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for name, s := range map[string]string{
+		"empty":         "",
+		"ten fields":    packDoubles(ones[1:]...),
+		"twelve fields": packDoubles(append(ones, 1)...),
+		"a fraction":    packDoubles(append([]float64{0.5}, ones[1:]...)...),
+		"2^53":          packDoubles(append([]float64{1 << 53}, ones[1:]...)...),
+	} {
 		if m, err := ParseSyncMsg(s); err == nil {
-			t.Errorf("ParseSyncMsg(%q) = %+v, want an error", s, m)
+			t.Errorf("ParseSyncMsg(%s) = %+v, want an error", name, m)
 		}
 	}
+}
+
+// packDoubles packs vs as sync.lua reads them, little-endian doubles.
+func packDoubles(vs ...float64) string {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return string(b)
 }
 
 // TestSyncBadMessage checks that the script refuses a message it cannot
@@ -41,12 +62,28 @@ func TestSyncBadMessage(t *testing.T) {
 	c := redistest.Standalone(t)
 	p := redistest.Prefix(t)
 	keys := []string{p + "{s}:b", p + "{s}:a"}
-	for _, msg := range []string{"1 2 3", "1 1000000 1 5 5 0 1 -1 0 0 x", "1 1000000 1 5 5 0 -1 -1 0 0 0", "1 1000000 1 5 5 0 1 -1 0 0", "1 1000000 1 5 5 0 1 -1 0 -1 0", "1 1000000 1 5 5 0 1 -1 0 0 -1"} {
+	good := SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1, Held: -1}.String()
+	for name, msg := range map[string]string{
+		"text":        "1 1000000 1 5 5 0 1 -1 -1 0 0",
+		"short":       good[:SyncMsgLen-8],
+		"long":        good + good[:8],
+		"rate 0":      SyncMsg{Rate: 0, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}.String(),
+		"value -1":    SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: -1, Budget: -1}.String(),
+		"budget -2":   SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -2}.String(),
+		"owed -1":     SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1, Owed: -1}.String(),
+		"age -1":      SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1, AgeUS: -1}.String(),
+		"period 0":    SyncMsg{Rate: 1, PeriodUS: 0, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}.String(),
+		"burst -1":    SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: -1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}.String(),
+		"not a value": packDoubles(1, 1_000_000, 1, 5, 5, 0, math.NaN(), -1, -1, 0, 0),
+	} {
 		h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
 		_, err := Sync.Run(t.Context(), c, keys[:1], append(h[:], keys[0], keys[1], msg)...)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {
-			t.Errorf("message %q: error %v, want a script error", msg, err)
+			t.Errorf("message %s: error %v, want a script error", name, err)
 		}
+	}
+	if n := c.Exists(t.Context(), keys...).Val(); n != 0 {
+		t.Errorf("%d keys written by refused messages", n)
 	}
 	// A call of another shape: KEYS[1] not the first bucket, or a key's
 	// arguments short.
