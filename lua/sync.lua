@@ -60,8 +60,10 @@
 --             any other version (the first had no version: its ARGV[6] is a
 --             bucket's name) is answered with an error, and nothing is
 --             written.
--- Then three arguments for each key i, from ARGV[7]:
--- ARGV[3i+4]  global bucket of key i: a hash (see bucket.lua) holding
+-- Then, from ARGV[7], k arguments for each key i: k = 2 in reserve mode,
+-- which records no allowances, 3 in optimistic mode (scripts.SyncMode's
+-- KeyArgs):
+-- ARGV[k(i-1)+7] global bucket of key i: a hash (see bucket.lua) holding
 --             the bucket (t), its expiry (x) and, per instance, its ledger
 --             (lb:<id>): four doubles (packed.lua): the last applied
 --             sequence number, the epoch (first sequence number) of the
@@ -76,9 +78,10 @@
 --             more than a few.
 --             The key lives until its bucket is full again and every
 --             ledger in it stale.
--- ARGV[3i+5]  allowances of key i (optimistic mode with a budget): hash from
---             instance id to "allowance lapse_us"; in the bucket's slot.
--- ARGV[3i+6]  the message of key i: eleven integers, each a little-endian
+-- ARGV[3i+5]  optimistic mode: allowances of key i (used with a budget):
+--             hash from instance id to "allowance lapse_us"; in the
+--             bucket's slot.
+-- ARGV[ki+6]  the message of key i: eleven integers, each a little-endian
 --             double (packed.lua), 88 bytes (one argument rather than
 --             eleven: Redis turns every argument into a Lua string, which
 --             costs more than unpacking this one):
@@ -128,6 +131,7 @@ if mode ~= 'reserve' and mode ~= 'optimistic' then
   return redis.error_reply('sync: unknown mode ' .. tostring(mode))
 end
 local reserve = mode == 'reserve'
+local stride = reserve and 2 or 3 -- ARGV a key
 local id = ARGV[4]
 local lifetime = int_arg(5)
 local lfield = 'lb:' .. id
@@ -210,11 +214,11 @@ local function prune(bkey)
   end
 end
 
--- parse returns the eleven integers of message i, or raises a script error.
-local function parse(i)
-  local m = ARGV[3 * i + 6]
+-- parse returns the eleven integers of message m, ARGV[at], or raises a
+-- script error.
+local function parse(m, at)
   if not m or #m ~= 88 then
-    error('ARGV[' .. (3 * i + 6) .. '] is not a message: ' .. tostring(m and #m) .. ' bytes, want 88')
+    error('ARGV[' .. at .. '] is not a message: ' .. tostring(m and #m) .. ' bytes, want 88')
   end
   local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = struct.unpack('<ddddddddddd', m)
   -- Each field at least its least (1, 1, -1 or 0) and finite: the sum is
@@ -222,7 +226,7 @@ local function parse(i)
   local least = math.min(rate - 1, period - 1, burst, seq, epoch, base, value, budget + 1, held + 1, owed, age)
   local sum = rate + period + burst + seq + epoch + base + value + budget + held + owed + age
   if not (least >= 0 and sum < math.huge) then
-    error('ARGV[' .. (3 * i + 6) .. '] is not a message: a field out of range')
+    error('ARGV[' .. at .. '] is not a message: a field out of range')
   end
   return rate, period, burst, seq, epoch, base, value, budget, held, owed, age
 end
@@ -430,13 +434,15 @@ local function elsewhere(err)
   return true
 end
 
-local keys = (#ARGV - 6) / 3
+local keys = (#ARGV - 6) / stride
 if keys < 1 or keys % 1 ~= 0 or KEYS[1] ~= ARGV[7] then
-  return redis.error_reply('sync: want KEYS[1] = ARGV[7] and three ARGV a key')
+  return redis.error_reply('sync: want KEYS[1] = ARGV[7] and ' .. stride .. ' ARGV a key in ' .. mode .. ' mode')
 end
 for i = 1, keys do repeat -- once; break is the next key
-  local bkey, akey = ARGV[3 * i + 4], ARGV[3 * i + 5]
-  local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(i)
+  local at = stride * (i - 1) + 7 -- the key's first ARGV
+  local bkey, msg = ARGV[at], ARGV[at + stride - 1]
+  local akey = not reserve and ARGV[at + 1] or nil
+  local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = parse(msg, at + stride - 1)
   local interval = period / rate
   local tolerance = burst * interval
   local r = 9 * (i - 1)
@@ -455,7 +461,7 @@ for i = 1, keys do repeat -- once; break is the next key
   local b = state(moved_s == 0 and raw, got[4], got[7])
   local limit_text = nil
   if moved_s == 0 then
-    local stated = string.sub(ARGV[3 * i + 6], 1, 24)
+    local stated = string.sub(msg, 1, 24)
     local text = limits[stated]
     if not text then
       text = string.format('%d %d %d', rate, period, burst)

@@ -88,12 +88,12 @@ func TestCounterNodes(t *testing.T) {
 		b = fmt.Sprintf("{b%d}:1", i)
 	}
 	syncCall := func(buckets ...string) redis.Cmder {
-		h := scripts.SyncHeader{LedgerTTLMS: 60000, Mode: scripts.ModeReserve, Instance: "i0"}.Args()
-		args := append([]any{"evalsha", scripts.Sync.Hash(), "1", buckets[0]}, h[:]...)
+		var keys []scripts.SyncKey
 		for _, k := range buckets {
-			args = append(args, k, k+":a", "1 1000000 1 1 1 0 1 -1 0 0 0")
+			keys = append(keys, scripts.SyncKey{Bucket: k, Msg: scripts.SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 1, Epoch: 1, Value: 1, Budget: -1}})
 		}
-		return redis.NewIntSliceCmd(ctx, args...)
+		route, argv := scripts.SyncCall(scripts.SyncHeader{LedgerTTLMS: 60000, Mode: scripts.ModeReserve, Instance: "i0"}, keys...)
+		return redis.NewIntSliceCmd(ctx, append([]any{"evalsha", scripts.Sync.Hash(), "1", route[0]}, argv...)...)
 	}
 	cnt := newCmdCounter(false)
 	cnt.count(redis.NewStringCmd(ctx, "get", a), syncCall(a, a, a), syncCall(b), redis.NewStatusCmd(ctx, "ping"))

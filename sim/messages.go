@@ -62,10 +62,14 @@ func syncCall(args []any) (argv []any, buckets []string) {
 		return nil, nil
 	}
 	argv = args[3+nkeys:]
-	if len(argv) < scripts.SyncHeaderArgs || (len(argv)-scripts.SyncHeaderArgs)%scripts.SyncKeyArgs != 0 {
+	if len(argv) < scripts.SyncHeaderArgs {
 		return nil, nil
 	}
-	for i := scripts.SyncHeaderArgs; i < len(argv); i += scripts.SyncKeyArgs {
+	per := scripts.SyncMode(asString(argv[2])).KeyArgs()
+	if (len(argv)-scripts.SyncHeaderArgs)%per != 0 {
+		return nil, nil
+	}
+	for i := scripts.SyncHeaderArgs; i < len(argv); i += per {
 		buckets = append(buckets, asString(argv[i]))
 	}
 	return argv, buckets
@@ -105,7 +109,8 @@ func classify(cmd redis.Cmder) (buckets []string, kinds []msgKind) {
 			kinds = append(kinds, msgReport)
 			continue
 		}
-		m, err := scripts.ParseSyncMsg(asString(argv[scripts.SyncHeaderArgs+i*scripts.SyncKeyArgs+2]))
+		per := scripts.ModeReserve.KeyArgs()
+		m, err := scripts.ParseSyncMsg(asString(argv[scripts.SyncHeaderArgs+i*per+per-1]))
 		base, value := m.Base, m.Value
 		total := replies[i].Total
 		switch {

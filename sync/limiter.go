@@ -194,6 +194,7 @@ func (l *Limiter) transport() transport {
 			LedgerTTLMS: l.ledgerTTL(), Mode: l.mode.Wire(), Instance: l.cfg.instanceID,
 			AllowanceLifeUS: l.allowanceLife().Microseconds(),
 		}.Args(),
+		keyArgs: l.mode.Wire().KeyArgs(),
 		maxKeys: l.cfg.maxKeysPerCall,
 		durable: l.cfg.durable,
 		name: func(dst []byte, m *message) ([]byte, [2]int) {

@@ -196,7 +196,8 @@ func (h *syncMessages) count(args []any) {
 	argv := args[3+nkeys:]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i := scripts.SyncHeaderArgs; i+scripts.SyncKeyArgs <= len(argv); i += scripts.SyncKeyArgs {
+	per := scripts.SyncMode(str(argv[2])).KeyArgs()
+	for i := scripts.SyncHeaderArgs; i+per <= len(argv); i += per {
 		h.n[str(argv[i])]++
 	}
 }

@@ -28,6 +28,7 @@ type transport struct {
 	rdb     hybridlimit.Redis
 	script  *scripts.Script // scripts.SyncCluster on a cluster, else scripts.Sync
 	header  [scripts.SyncHeaderArgs]any
+	keyArgs int // ARGV a message: its key names, then the message
 	maxKeys int // messages per call
 	durable durability
 	// name appends the two key names of m's part to dst (see appendPartKeys).
@@ -173,9 +174,10 @@ type call struct {
 	node *node // the node its messages' slot groups map to
 	msgs []*message
 	keys []string // KEYS: the first message's bucket, which routes the call
-	// names holds each message's bucket and allowances, argv the message
-	// as sync.lua reads it (scripts.SyncMsg); args the header, then a
-	// pointer to each of a message's three.
+	// names holds each message's key names (its bucket, and in optimistic
+	// mode its allowances), argv the message as sync.lua reads it
+	// (scripts.SyncMsg); args the header, then a pointer to each of a
+	// message's ARGV.
 	names, argv []string
 	args        []any
 	err         error      // why the call got no usable reply, once sent
@@ -183,7 +185,7 @@ type call struct {
 }
 
 // batches splits the messages into script calls by node. Each message is
-// written packed into one buffer per call, and its two key names into
+// written packed into one buffer per call, and its key names into
 // another; each buffer becomes one string that the call's ARGV
 // slice, and the command refers to them by pointer, which an interface
 // holds without copying. So a call costs a few allocations whatever its
@@ -228,12 +230,12 @@ func (t *transport) newBuilding(n *node, size int) *building {
 		call: &call{
 			node: n,
 			msgs: make([]*message, 0, size),
-			args: append(make([]any, 0, len(t.header)+scripts.SyncKeyArgs*size), t.header[:]...),
+			args: append(make([]any, 0, len(t.header)+t.keyArgs*size), t.header[:]...),
 		},
 		text:     make([]byte, 0, scripts.SyncMsgLen*size),
 		ends:     make([]int, 0, size),
-		nameText: make([]byte, 0, 2*48*size),
-		nameEnds: make([]int, 0, 2*size),
+		nameText: make([]byte, 0, (t.keyArgs-1)*48*size),
+		nameEnds: make([]int, 0, (t.keyArgs-1)*size),
 	}
 }
 
@@ -242,7 +244,10 @@ func (c *building) add(t *transport, m *message) {
 	c.msgs = append(c.msgs, m)
 	var ends [2]int
 	c.nameText, ends = t.name(c.nameText, m)
-	c.nameEnds = append(c.nameEnds, ends[:]...)
+	// Reserve mode sends the bucket's name alone.
+	names := ends[:t.keyArgs-1]
+	c.nameText = c.nameText[:names[len(names)-1]]
+	c.nameEnds = append(c.nameEnds, names...)
 	c.text = m.wire.Append(c.text)
 	c.ends = append(c.ends, len(c.text))
 }
@@ -251,9 +256,13 @@ func (c *building) add(t *transport, m *message) {
 func (c *building) finish() *call {
 	c.argv = cut(c.text, c.ends)
 	c.names = cut(c.nameText, c.nameEnds)
+	per := len(c.names) / len(c.argv) // key names a message
 	for j := range c.argv {
 		// Pointers, not strings, to box: no allocation.
-		c.args = append(c.args, &c.names[2*j], &c.names[2*j+1], &c.argv[j])
+		for k := range per {
+			c.args = append(c.args, &c.names[per*j+k])
+		}
+		c.args = append(c.args, &c.argv[j])
 	}
 	c.keys = c.names[:1]
 	return c.call

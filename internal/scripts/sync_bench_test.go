@@ -12,8 +12,9 @@ import (
 )
 
 // BenchmarkSyncScript measures one call of the sync script carrying 256
-// reserve messages that each top up a key, over a keyspace of about 100,000 keys:
-// the unit a round of the hybrid limiter is made of (message/keys=256).
+// reserve messages that each top up a key, over a keyspace of about 100,000
+// keys: the unit a round of the hybrid limiter is made of
+// (message/keys=256).
 // redis-us/key is the time Redis spent in the script per key message
 // (INFO commandstats) and redis-cpu-us/key its main thread's CPU, which
 // the client's share of the op (encoding, decoding) does not include. The
@@ -39,15 +40,15 @@ func BenchmarkSyncScript(b *testing.B) {
 
 // syncFloor is BenchmarkSyncScript's floor: sync.lua's calls for a reserve
 // message and nothing else. It writes the ledger field and the bucket's
-// time as text of the lengths sync.lua's are (`seq epoch total now_s`, a
+// time as values of the lengths sync.lua's are (four packed doubles, a
 // %.17g number), and replies nine zeros a message.
 var syncFloor = NewScript("sync_floor", `
-local lfield = 'l:' .. ARGV[4]
+local lfield = 'lb:' .. ARGV[4]
 local reply = {}
-for i = 1, (#ARGV - 6) / 3 do
-  local bkey = ARGV[3 * i + 4]
+for i = 1, (#ARGV - 6) / 2 do
+  local bkey = ARGV[2 * i + 5]
   redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z', 'g')
-  redis.call('HSET', bkey, lfield, '1000000123 1000 1000000123 1700000000', 't', '1700000000123456.5')
+  redis.call('HSET', bkey, lfield, '0123456789abcdef0123456789abcdef', 't', '1700000000123456.5')
   local r = 9 * (i - 1)
   for f = 1, 9 do reply[r + f] = 0 end
 end
@@ -61,11 +62,9 @@ func benchSyncScript(b *testing.B, script *Script, perCall int) {
 	c := redistest.Start(b).Client(b)
 	ctx := b.Context()
 	prefix := redistest.Prefix(b)
-	keys := make([]string, 2*keyspace) // each key's bucket and allowances
+	keys := make([]string, keyspace) // each key's bucket
 	for i := range keyspace {
-		k := strconv.Itoa(i)
-		keys[2*i] = prefix + "{s}:b:" + k
-		keys[2*i+1] = prefix + "{s}:a:" + k
+		keys[i] = prefix + "{s}:b:" + strconv.Itoa(i)
 	}
 	totals := make([]int64, keyspace)
 	const epoch = 1_000
@@ -76,7 +75,8 @@ func benchSyncScript(b *testing.B, script *Script, perCall int) {
 		b.Fatal(err)
 	}
 	var buf []byte
-	args := make([]any, SyncHeaderArgs+SyncKeyArgs*perCall)
+	per := ModeReserve.KeyArgs()
+	args := make([]any, SyncHeaderArgs+per*perCall)
 	replies := make([]SyncReply, perCall)
 	ends := make([]int, perCall)
 	call := func() {
@@ -95,11 +95,11 @@ func benchSyncScript(b *testing.B, script *Script, perCall int) {
 		all := string(buf)
 		start := 0
 		for j, end := range ends {
-			a := args[SyncHeaderArgs+SyncKeyArgs*j:]
-			a[0], a[1], a[2] = &keys[2*(from+j)], &keys[2*(from+j)+1], all[start:end]
+			a := args[SyncHeaderArgs+per*j:]
+			a[0], a[1] = &keys[from+j], all[start:end]
 			start = end
 		}
-		reply, err := script.EvalShaInts(ctx, c, keys[2*from:2*from+1], args).Result()
+		reply, err := script.EvalShaInts(ctx, c, keys[from:from+1], args).Result()
 		if err != nil {
 			b.Fatal(err)
 		}

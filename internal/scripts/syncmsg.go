@@ -15,12 +15,11 @@ import (
 
 // The shape of a call of Sync (see sync.lua): one KEYS, the first key's
 // bucket, which routes the call; SyncHeaderArgs ARGV (SyncHeader), the
-// last of them SyncVersion, then SyncKeyArgs per key: its bucket, its
-// allowances and its message (SyncMsg). The reply holds SyncReplyLen
-// integers per key (SyncReply).
+// last of them SyncVersion, then the mode's KeyArgs per key: its bucket,
+// its allowances (optimistic mode only) and its message (SyncMsg). The
+// reply holds SyncReplyLen integers per key (SyncReply).
 const (
 	SyncHeaderArgs = 6
-	SyncKeyArgs    = 3
 	SyncReplyLen   = 9
 )
 
@@ -45,6 +44,16 @@ const (
 	// debits them, and replies with the allowance to spend until the next.
 	ModeOptimistic SyncMode = "optimistic"
 )
+
+// KeyArgs returns how many ARGV a key takes in a call of this mode: its
+// bucket and its message, and in optimistic mode, where allowances are
+// recorded, its allowances between them.
+func (m SyncMode) KeyArgs() int {
+	if m == ModeReserve {
+		return 2
+	}
+	return 3
+}
 
 // SyncHeader is what a call of Sync says once for all its messages.
 type SyncHeader struct {
@@ -259,7 +268,8 @@ func IntsReply(cmd *redis.IntSliceCmd) ([]int64, error) {
 }
 
 // SyncKey is one key's part of a call of Sync: the names of its bucket and
-// of its allowances (the same hash tag), and its message.
+// of its allowances (the same hash tag; optimistic mode only), and its
+// message.
 type SyncKey struct {
 	Bucket, Allowances string
 	Msg                SyncMsg
@@ -271,9 +281,13 @@ type SyncKey struct {
 // tools.
 func SyncCall(h SyncHeader, keys ...SyncKey) ([]string, []any) {
 	head := h.Args()
-	args := append(make([]any, 0, SyncHeaderArgs+SyncKeyArgs*len(keys)), head[:]...)
+	args := append(make([]any, 0, SyncHeaderArgs+h.Mode.KeyArgs()*len(keys)), head[:]...)
 	for _, k := range keys {
-		args = append(args, k.Bucket, k.Allowances, k.Msg.String())
+		args = append(args, k.Bucket)
+		if h.Mode.KeyArgs() == 3 {
+			args = append(args, k.Allowances)
+		}
+		args = append(args, k.Msg.String())
 	}
 	var route []string
 	if len(keys) > 0 {

@@ -77,7 +77,7 @@ func TestSyncBadMessage(t *testing.T) {
 		"not a value": packDoubles(1, 1_000_000, 1, 5, 5, 0, math.NaN(), -1, -1, 0, 0),
 	} {
 		h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
-		_, err := Sync.Run(t.Context(), c, keys[:1], append(h[:], keys[0], keys[1], msg)...)
+		_, err := Sync.Run(t.Context(), c, keys[:1], append(h[:], keys[0], msg)...)
 		if err == nil || !strings.Contains(err.Error(), "is not a message") {
 			t.Errorf("message %s: error %v, want a script error", name, err)
 		}
@@ -86,20 +86,25 @@ func TestSyncBadMessage(t *testing.T) {
 		t.Errorf("%d keys written by refused messages", n)
 	}
 	// A call of another shape: KEYS[1] not the first bucket, or a key's
-	// arguments short.
+	// arguments short or long for the mode (reserve: bucket and message;
+	// optimistic: bucket, allowances and message).
 	msg := SyncMsg{Rate: 1, PeriodUS: 1_000_000, Burst: 1, Seq: 5, Epoch: 5, Value: 1, Budget: -1}.String()
 	h := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}.Args()
+	o := SyncHeader{LedgerTTLMS: 60_000, Mode: ModeOptimistic, Instance: "i", AllowanceLifeUS: 1_000}.Args()
 	for _, call := range []struct {
 		keys []string
 		args []any
+		want string
 	}{
-		{keys[1:], append(h[:], keys[0], keys[1], msg)},
-		{keys[:1], append(h[:], keys[0], keys[1])},
-		{keys[:1], append(h[:], keys[0], keys[1], msg, keys[0])},
-		{keys[:1], h[:]},
+		{keys[1:], append(h[:], keys[0], msg), "2 ARGV a key in reserve mode"},
+		{keys[:1], append(h[:], keys[0]), "2 ARGV a key in reserve mode"},
+		{keys[:1], append(h[:], keys[0], keys[1], msg), "2 ARGV a key in reserve mode"},
+		{keys[:1], h[:], "2 ARGV a key in reserve mode"},
+		{keys[:1], append(o[:], keys[0], msg), "3 ARGV a key in optimistic mode"},
+		{keys[:1], append(o[:], keys[0], keys[1], msg, keys[0]), "3 ARGV a key in optimistic mode"},
 	} {
-		if _, err := Sync.Run(t.Context(), c, call.keys, call.args...); err == nil || !strings.Contains(err.Error(), "three ARGV a key") {
-			t.Errorf("KEYS %q, ARGV %q: error %v, want the call's shape refused", call.keys, call.args, err)
+		if _, err := Sync.Run(t.Context(), c, call.keys, call.args...); err == nil || !strings.Contains(err.Error(), call.want) {
+			t.Errorf("KEYS %q, ARGV %q: error %v, want the call's shape refused (%s)", call.keys, call.args, err, call.want)
 		}
 	}
 }
