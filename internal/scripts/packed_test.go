@@ -1,7 +1,6 @@
 package scripts
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -56,11 +55,7 @@ func packedDoubles() string {
 	for i := range 200 { // integers, as messages and ledgers hold
 		vs = append(vs, float64(r.Int64N(1<<53)), -float64(i))
 	}
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return string(b)
+	return packDoubles(vs...)
 }
 
 // TestPackedMatchesRedis checks that packed.lua's struct, which runs where
