@@ -2,14 +2,14 @@
 -- bucket.lua. Messages and ledgers are little-endian IEEE doubles, packed
 -- and read with the struct library Redis and Valkey build into their Lua
 -- (struct.pack('<dd', a, b), struct.unpack('<dd', s)): one C call where
--- decimal text took a pattern match and a tonumber per number, or a
+-- decimal text takes a pattern match and a tonumber per number, or a
 -- string.format. A double holds every integer below 2^53 exactly, as Lua's
 -- numbers do.
 --
--- An interpreter without struct (miniredis, which the tests and the
--- simulator's embedded default run) gets the same two calls in Lua, for the
--- formats the scripts use, '<' followed by 'd's, and raises an error on any
--- other. They write what Redis's struct writes, byte for byte, for every
+-- An interpreter without struct (miniredis's own EVAL, which tests run;
+-- the simulator's interpreter has struct in Go) gets the same two calls in
+-- Lua, for the formats the scripts use, '<' followed by 'd's, and raises an
+-- error on any other. They write what Redis's struct writes, byte for byte, for every
 -- finite double (internal/scripts TestPackedMatchesRedis); they are made
 -- only where struct is missing, so Redis pays nothing for them.
 local struct = rawget(_G, 'struct')

@@ -221,8 +221,9 @@ local function parse(m, at)
     error('ARGV[' .. at .. '] is not a message: ' .. tostring(m and #m) .. ' bytes, want 88')
   end
   local rate, period, burst, seq, epoch, base, value, budget, held, owed, age = struct.unpack('<ddddddddddd', m)
-  -- Each field at least its least (1, 1, -1 or 0) and finite: the sum is
-  -- NaN or infinite when one is.
+  -- Each field finite and at least its least value: 1 for rate and
+  -- period, -1 for budget and held, else 0. The sum is NaN or infinite
+  -- when a field is.
   local least = math.min(rate - 1, period - 1, burst, seq, epoch, base, value, budget + 1, held + 1, owed, age)
   local sum = rate + period + burst + seq + epoch + base + value + budget + held + owed + age
   if not (least >= 0 and sum < math.huge) then

@@ -93,7 +93,7 @@ const SyncMsgLen = 8 * syncMsgFields
 // (lua/packed.lua), and returns the extended buffer. Building every message
 // of a call into one buffer, rather than passing eleven boxed integers, is
 // what keeps a round's cost per key low on both sides; Redis unpacks a
-// message in one call where decimal text took a pattern match and eleven
+// message in one call where decimal text takes a pattern match and eleven
 // conversions. The fields must be integers of magnitude below 2^53, which
 // a double holds exactly.
 func (m SyncMsg) Append(b []byte) []byte {
