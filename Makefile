@@ -5,7 +5,7 @@ GO ?= go
 # be run alone (make race); a new stage is its target plus its name here.
 STAGES = redis valkey cc fmt-check alerts vet-untested race
 
-.PHONY: test vet $(STAGES) valkey-suites bench results rls-bench image image-test
+.PHONY: test vet $(STAGES) valkey-suites bench gubernator results rls-bench image image-test
 
 # Each stage runs in a make of its own, so that make test can say which
 # stage runs, how long each took and which one failed. MAKELEVEL=0 keeps
@@ -160,6 +160,12 @@ bench: redis
 # make results: the simulator, live runs, cluster tests and benchmarks
 # behind docs/results.md and README.md's headline table, which it
 # rewrites (several minutes; both cores).
+# Gubernator beside the hybrid limiter: bench/gubernator, a module of its
+# own that make test does not build (Gubernator's dependencies take
+# minutes to compile; see its doc.go). make results runs it too.
+gubernator: redis
+	cd bench/gubernator && HYBRIDLIMIT_REQUIRE_REDIS=1 $(GO) test -count=1 -v -timeout 20m -run '^(TestSideBySide)$$' .
+
 results: redis valkey
 	GO=$(GO) $(GO) run ./internal/results
 

@@ -48,6 +48,7 @@ package sim
 //	embedded.go   the embedded miniredis of a virtual run; scripting.go its Lua
 //	cluster.go    the cluster virtual mode models on one embedded server
 //	live.go       RunLive: workers against a real Redis; redisload.go its CPU
+//	contender.go  Contender: a limiter from outside the module, run live beside the strategies
 //	counter.go    the hook counting Redis commands by slot, node, phase and key
 //	messages.go   the kinds of the hybrid limiter's sync messages
 //	breakdown.go  keys by class of demand, for WriteDiag

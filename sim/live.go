@@ -41,6 +41,8 @@ type LiveTarget struct {
 	// waits for Redis before its failure policy decides (sync.WithMaxWait);
 	// 0 keeps the limiter's default.
 	MaxWait time.Duration
+	// Contenders run after the strategies, each once (see Contender).
+	Contenders []Contender
 }
 
 // Bounds on a live run's workers. Each instance's client gets a pool of
@@ -87,7 +89,14 @@ func RunLive(ctx context.Context, cfg Config, target LiveTarget) (*Report, error
 	if target.Workers > MaxTotalWorkers/n { // not Workers*n: it can overflow
 		return nil, fmt.Errorf("sim: live: %d workers x %d instances, more than %d workers in all", target.Workers, n, MaxTotalWorkers)
 	}
+	if err := checkContenders(target.Contenders); err != nil {
+		return nil, err
+	}
 	runs := plan(cfg.Strategies, cfg.Intervals)
+	for i := range target.Contenders {
+		c := &target.Contenders[i]
+		runs = append(runs, run{strategy: Strategy(c.Name), contender: c})
+	}
 	rep := &Report{Scenario: cfg.Scenario.Workload, Mode: "live", Seed: cfg.Scenario.Seed}
 	for i, r := range runs {
 		start := time.Now()
@@ -109,12 +118,22 @@ type decider func(ctx context.Context, inst int, key string) (bool, error)
 
 // liveRig is one live run's clients and limiters.
 type liveRig struct {
-	clients []redis.UniversalClient
-	hybrids []*hlsync.Limiter
-	decide  decider
+	clients   []redis.UniversalClient
+	hybrids   []*hlsync.Limiter
+	contender ContenderRun
+	decide    decider
 }
 
-func (rig *liveRig) close() {
+// close stops the limiters and closes the clients. It returns the
+// contender's error: a contender that does not stop cleanly spoils its
+// run, where a strategy's limiters report nothing here that a run did not.
+func (rig *liveRig) close() error {
+	var err error
+	if rig.contender != nil {
+		if e := rig.contender.Close(); e != nil {
+			err = fmt.Errorf("sim: closing the contender: %w", e)
+		}
+	}
 	for _, l := range rig.hybrids {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = l.Close(ctx)
@@ -123,6 +142,7 @@ func (rig *liveRig) close() {
 	for _, c := range rig.clients {
 		_ = c.Close()
 	}
+	return err
 }
 
 // newClient returns a client whose commands hook sees. On a cluster the
@@ -161,6 +181,15 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger ti
 		}
 	}
 	counter.Resume()
+	if r.contender != nil {
+		cr, err := r.contender.Start(ctx, sc)
+		if err != nil {
+			rig.close()
+			return nil, fmt.Errorf("sim: contender %s: %w", r.contender.Name, err)
+		}
+		rig.contender, rig.decide = cr, cr.Allow
+		return rig, nil
+	}
 	switch r.strategy {
 	case Exact:
 		ls := make([]*global.Limiter, n)
@@ -238,6 +267,19 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger ti
 	return rig, nil
 }
 
+// calls returns the contender's network calls so far; 0 for a strategy,
+// whose calls are its Redis commands.
+func (rig *liveRig) calls(ctx context.Context) (int64, error) {
+	if rig.contender == nil {
+		return 0, nil
+	}
+	n, err := rig.contender.Calls(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sim: contender's calls: %w", err)
+	}
+	return n, nil
+}
+
 // liveRec is one live decision as a worker saw it.
 type liveRec struct {
 	at   int64 // nanoseconds since the run started, when the decision was asked
@@ -282,6 +324,11 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		rig.close()
 		return Result{}, err
 	}
+	calls0, err := rig.calls(ctx)
+	if err != nil {
+		rig.close()
+		return Result{}, err
+	}
 	start := time.Now()
 	end := int64(sc.Duration)
 	for w := range workers {
@@ -322,8 +369,9 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	counter.Pause()
 	cpu1, cpuErr := redisCPU(ctx, t)
 	mcpu1, mcpuErr := mastersCPU(ctx, masters)
-	rig.close()
-	if err := errors.Join(cpuErr, mcpuErr); err != nil {
+	calls1, callsErr := rig.calls(ctx)
+	closeErr := rig.close()
+	if err := errors.Join(cpuErr, mcpuErr, callsErr, closeErr); err != nil {
 		return Result{}, err
 	}
 	if e := firstErr.Load(); e != nil {
@@ -341,7 +389,8 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	res := newResult(r, sc.Instances, measure(reqs, sc.Keys, sc.Limit, admitted, oracle), counter)
+	res := newResult(r, sc.Instances, measure(reqs, sc.Keys, sc.Limit, sc.Duration, admitted, oracle), counter)
+	res.Calls = calls1 - calls0
 	nodeOf := func(slot int) int {
 		if slotMaster == nil {
 			return 0

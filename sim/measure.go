@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit"
 )
@@ -26,6 +27,11 @@ type accuracy struct {
 	// bound per period, such as 1.9 x Burst at one instant or 1.9 x Rate
 	// sustained; Overshoot counts those.
 	WorstWindow float64
+	// MostOverBound is the most tokens one key was admitted above B + r d:
+	// what any token bucket under the limit can admit in a stream of
+	// length d, so an excess no timing of the arrivals explains; 0 when
+	// no key went above it.
+	MostOverBound float64
 	// perKey holds each key's admitted and oracle counts, for diagnostics.
 	perKey []keyCount
 }
@@ -38,8 +44,8 @@ type keyCount struct {
 }
 
 // measure compares a strategy's decisions with the oracle's, request by
-// request of the same stream (in time order).
-func measure(reqs []request, keys int, limit hybridlimit.Limit, admitted, oracle []bool) accuracy {
+// request of the same stream (in time order), d long.
+func measure(reqs []request, keys int, limit hybridlimit.Limit, d time.Duration, admitted, oracle []bool) accuracy {
 	per := make([]keyCount, keys)
 	times := make([][]int64, keys)
 	a := accuracy{Decisions: int64(len(reqs))}
@@ -62,6 +68,10 @@ func measure(reqs []request, keys int, limit hybridlimit.Limit, admitted, oracle
 	a.Overshoot, a.Undershoot = overshootRatios(per)
 	for _, ts := range times {
 		a.WorstWindow = max(a.WorstWindow, worstWindowOvershoot(ts, limit))
+	}
+	bound := float64(limit.Burst) + float64(limit.Rate)*float64(d)/float64(limit.Period)
+	for _, k := range per {
+		a.MostOverBound = max(a.MostOverBound, float64(k.Admitted)-bound)
 	}
 	a.perKey = per
 	return a

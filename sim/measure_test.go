@@ -93,7 +93,7 @@ func TestMeasure(t *testing.T) {
 	reqs := []request{{At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 0}, {At: 0, Key: 1}, {At: ms, Key: 1}, {At: 2 * ms, Key: 1}}
 	oracle := []bool{true, true, false, true, true, false}
 	admitted := []bool{true, true, true, true, false, false} // key 0 one over, key 1 one under
-	a := measure(reqs, 2, limit, admitted, oracle)
+	a := measure(reqs, 2, limit, 3*time.Millisecond, admitted, oracle)
 	if a.Decisions != 6 || a.Admitted != 4 || a.OracleAdmitted != 4 {
 		t.Errorf("measure counts = %d, %d, %d, want 6, 4, 4", a.Decisions, a.Admitted, a.OracleAdmitted)
 	}
@@ -102,6 +102,13 @@ func TestMeasure(t *testing.T) {
 	}
 	if a.WorstWindow != 0 { // 3 at once against a bound of 2 + 10 per second
 		t.Errorf("measure worst window = %v, want 0", a.WorstWindow)
+	}
+	// Key 0's 3 against B + r d = 2 + 10 x 0.003.
+	if math.Abs(a.MostOverBound-0.97) > 1e-9 {
+		t.Errorf("measure most over the bound = %v, want 0.97", a.MostOverBound)
+	}
+	if b := measure(reqs, 2, limit, time.Second, admitted, oracle); b.MostOverBound != 0 {
+		t.Errorf("over 1s, measure most over the bound = %v, want 0", b.MostOverBound)
 	}
 	if k := a.perKey[0]; k.Demand != 3 || k.Admitted != 3 || k.Oracle != 2 {
 		t.Errorf("key 0 = %+v, want demand 3, admitted 3, oracle 2", k)

@@ -45,6 +45,11 @@ type Result struct {
 	OvershootRatio            float64 `json:"overshoot_ratio"`
 	UndershootRatio           float64 `json:"undershoot_ratio"`
 	WorstWindowOvershootRatio float64 `json:"worst_window_overshoot_ratio"`
+	// MostOverBound is the most tokens one key was admitted above B + r T,
+	// Burst plus Rate over the run's length T: what any token bucket under
+	// the limit can admit in the run, so an excess no timing of the
+	// arrivals explains; 0 when no key went above it.
+	MostOverBound float64 `json:"most_over_bound"`
 	// RedisCmds counts the commands the strategy sent while deciding
 	// (setup and teardown excluded), as the clients sent them: not the
 	// commands a client sends on its own to set up a connection or follow
@@ -64,6 +69,9 @@ type Result struct {
 	// PresenceCalls counts the hybrid's presence calls: one an instance
 	// and sync interval, whatever the keys and traffic.
 	PresenceCalls int64 `json:"presence_calls"`
+	// Calls counts a contender's network calls (ContenderRun.Calls) in
+	// live mode; a strategy's are its RedisCmds.
+	Calls int64 `json:"calls,omitempty"`
 	// Nodes is the load of each Redis node: the masters of the modelled
 	// cluster in virtual mode (one server with Config.Standalone), the
 	// masters of a live cluster in the order of their slots, or the one
@@ -113,6 +121,7 @@ func newResult(r run, instances int, a accuracy, c *cmdCounter) Result {
 		OvershootRatio:            round6(a.Overshoot),
 		UndershootRatio:           round6(a.Undershoot),
 		WorstWindowOvershootRatio: round6(a.WorstWindow),
+		MostOverBound:             round6(a.MostOverBound),
 		perKey:                    a.perKey,
 	}
 	if r.strategy.Synced() {
@@ -168,7 +177,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 
 var csvHeader = []string{
 	"strategy", "sync_interval_ms", "instances", "decisions", "admitted", "oracle_admitted",
-	"overshoot_ratio", "undershoot_ratio", "worst_window_overshoot_ratio",
+	"overshoot_ratio", "undershoot_ratio", "worst_window_overshoot_ratio", "most_over_bound",
 	"redis_cmds", "redis_cmds_per_decision", "hottest_slot_share", "fetch_cmds",
 	"decisions_per_sec", "decision_p50_ns", "decision_p99_ns", "redis_cpu_ns_per_decision",
 }
@@ -184,7 +193,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 		row := []string{
 			string(r.Strategy), optFloat(r.SyncIntervalMS), strconv.Itoa(r.Instances),
 			i64(r.Decisions), i64(r.Admitted), i64(r.OracleAdmitted),
-			f64(r.OvershootRatio), f64(r.UndershootRatio), f64(r.WorstWindowOvershootRatio),
+			f64(r.OvershootRatio), f64(r.UndershootRatio), f64(r.WorstWindowOvershootRatio), f64(r.MostOverBound),
 			i64(r.RedisCmds), f64(r.RedisCmdsPerDecision), f64(r.HottestSlotShare), i64(r.FetchCmds),
 			optFloat(r.DecisionsPerSec), optInt(r.DecisionP50NS), optInt(r.DecisionP99NS), optFloat(r.RedisCPUPerDecisionNS),
 		}

@@ -147,8 +147,9 @@ func shardedOptions(instances int, interval time.Duration) hlsync.AutoSplit {
 
 // run is one strategy at one sync interval (0 for those not synced).
 type run struct {
-	strategy Strategy
-	interval time.Duration
+	strategy  Strategy
+	interval  time.Duration
+	contender *Contender // live mode: the contender this run measures, named by strategy
 }
 
 // plan lists the runs of a report: strategies in the given order, each

@@ -32,7 +32,10 @@ func TestParseStrategiesAndIntervals(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	runs := plan([]Strategy{Reserve, Exact, Optimistic}, []time.Duration{time.Second, 50 * time.Millisecond})
-	want := []run{{Reserve, time.Second}, {Reserve, 50 * time.Millisecond}, {strategy: Exact}, {Optimistic, time.Second}, {Optimistic, 50 * time.Millisecond}}
+	want := []run{
+		{strategy: Reserve, interval: time.Second}, {strategy: Reserve, interval: 50 * time.Millisecond}, {strategy: Exact},
+		{strategy: Optimistic, interval: time.Second}, {strategy: Optimistic, interval: 50 * time.Millisecond},
+	}
 	if len(runs) != len(want) {
 		t.Fatalf("plan = %v, want %v", runs, want)
 	}

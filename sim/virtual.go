@@ -188,7 +188,7 @@ func (s *simulation) virtualRun(ctx context.Context, r run) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := newResult(r, s.sc.Instances, measure(s.reqs, s.sc.Keys, s.sc.Limit, admitted, s.oracle), counter)
+	res := newResult(r, s.sc.Instances, measure(s.reqs, s.sc.Keys, s.sc.Limit, s.sc.Duration, admitted, s.oracle), counter)
 	nodes := ModelMasters
 	if s.standalone {
 		nodes = 1

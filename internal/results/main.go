@@ -190,6 +190,9 @@ type data struct {
 	LiveOne, LiveEight SimRun
 
 	Tests []TestRun
+	// Peer is bench/gubernator's side-by-side run, Gubernator beside the
+	// hybrid limiter: its report, and its test's log as Output.
+	Peer SimRun
 
 	HotPath, DenyEmpty, LocalBucket, LocalTable, Steady, SyncRound, RedisMem BenchRun
 
@@ -513,21 +516,48 @@ func (r *runner) tests(d *data) error {
 		{"Usage charged after the fact: 3 processes admit requests on an estimate of 500 tokens and settle each to its actual cost (100 to 2,000), on one Redis (10,000 tokens a minute) and on the cluster with the master of the key killed a third in (200,000 a minute); Redis must count exactly what they used",
 			"", "./sync/", "TestChargeAcrossProcesses|TestFleetFailoverCharge"},
 	} {
-		args := []string{"test", "-count=1", "-v", "-timeout", "20m", "-run", "^(" + t.run + ")$", t.pkg}
-		env := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}
-		cmd := "go " + strings.Join(args, " ")
-		if t.env != "" {
-			env = append(env, t.env)
-			cmd = t.env + " " + cmd
-		}
-		out, err := r.exec(env, goBin(), args...)
-		failed := err != nil && strings.Contains(out, "\n--- FAIL: ")
-		if err != nil && !failed {
+		run, err := r.test(t.title, t.env, t.pkg, t.run)
+		if err != nil {
 			return err
 		}
-		d.Tests = append(d.Tests, TestRun{Title: t.title, Cmd: cmd, Log: testLog(out), Failed: failed})
+		d.Tests = append(d.Tests, run)
 	}
-	return nil
+	return r.peer(d)
+}
+
+// peer runs bench/gubernator's side-by-side test, which writes its report
+// where HYBRIDLIMIT_SIDE_BY_SIDE_JSON says.
+func (r *runner) peer(d *data) error {
+	path := filepath.Join(r.tmp, "side-by-side.json")
+	args := []string{"-C", "bench/gubernator", "test", "-count=1", "-v", "-timeout", "20m", "-run", "^(TestSideBySide)$", "."}
+	out, err := r.goCmdEnv([]string{"HYBRIDLIMIT_SIDE_BY_SIDE_JSON=" + path}, args...)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	d.Peer = SimRun{Cmd: "go " + strings.Join(args, " "), Report: new(sim.Report), Output: testLog(out)}
+	return json.Unmarshal(b, d.Peer.Report)
+}
+
+// test runs the tests of pkg that match run, with env added to the
+// environment; a failed test is in the TestRun, any other error returned.
+func (r *runner) test(title, env, pkg, run string) (TestRun, error) {
+	args := []string{"test", "-count=1", "-v", "-timeout", "20m", "-run", "^(" + run + ")$", pkg}
+	environ := []string{"HYBRIDLIMIT_REQUIRE_REDIS=1"}
+	cmd := "go " + strings.Join(args, " ")
+	if env != "" {
+		environ = append(environ, env)
+		cmd = env + " " + cmd
+	}
+	out, err := r.exec(environ, goBin(), args...)
+	failed := err != nil && strings.Contains(out, "\n--- FAIL: ")
+	if err != nil && !failed {
+		return TestRun{}, err
+	}
+	return TestRun{Title: title, Cmd: cmd, Log: testLog(out), Failed: failed}, nil
 }
 
 // testLog keeps, from go test -v output, which test runs, what it logged

@@ -115,6 +115,12 @@ func TestPageRenders(t *testing.T) {
 		r.Decisions, r.KeyMessages = 10000, []int64{10000, 300, 100}[k]
 		live.Report.Results = append(live.Report.Results, r)
 	}
+	peer := SimRun{Cmd: "go -C bench/gubernator test", Report: &sim.Report{Mode: "live"}, Output: "the side-by-side table"}
+	for k, name := range []sim.Strategy{sim.Reserve, "gubernator-leaky", "gubernator-token"} {
+		r := res(name, 250)
+		r.DecisionsPerSec, r.MostOverBound = f([]float64{2.26e6, 15577, 19024}[k]), []float64{0, 2624, 144}[k]
+		peer.Report.Results = append(peer.Report.Results, r)
+	}
 	scale := ScaleRun{Cmd: "go run ./cmd/sim -scale 1,100"}
 	for k, f := range []float64{1, 100} {
 		rep := func(cmds int64) *sim.Report {
@@ -147,7 +153,7 @@ BenchmarkSyncScript/floor/keys=256-2 	100	1000 ns/op	5 redis-cpu-us/key
 		Tests:   []TestRun{{Title: "a test", Cmd: "go test", Log: "--- PASS: TestX (1s)"}},
 		HotPath: benches, DenyEmpty: benches, LocalBucket: benches, LocalTable: benches, Steady: benches,
 		SyncRound: benches, RedisMem: benches, Scale: scale, ScaleTick: scale, Tail: tail,
-		ScriptRedis: scripts, ScriptValkey: scripts,
+		ScriptRedis: scripts, ScriptValkey: scripts, Peer: peer,
 	}
 	var page, head bytes.Buffer
 	if err := pageTmpl.Execute(&page, d); err != nil {
@@ -170,6 +176,8 @@ BenchmarkSyncScript/floor/keys=256-2 	100	1000 ns/op	5 redis-cpu-us/key
 		"293ns against 45.6µs (1/156)",
 		"| 2000 | 0.25 | reserve 200ms | 0.10% | 0.00% | 10.0000 | 0.0020 | 0.5000 | 0.0100 |", // the long tail
 		"Valkey 8.0.1: a message costs 2.50x its floor, 256 a call.",
+		"Reserve 0, Gubernator 2624 (leaky bucket), 144 (token bucket) of 1,100; decisions a second 2.26M against 15.6k",
+		"```text\nthe side-by-side table\n```",
 	} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %q:\n%s", want, page.String())

@@ -23,6 +23,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"row":          func(s SimRun, strategy, interval string) (sim.Result, error) { return s.Row(strategy, interval) },
 	"pct":          pct,
 	"cmds":         func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) },
+	"tokens":       func(x float64) string { return strconv.FormatFloat(x, 'f', 0, 64) },
 	"maxOver":      maxOver,
 	"lowTokens":    func() int { return lowLimitTokens },
 	"lowIntervals": lowIntervals,
