@@ -60,7 +60,7 @@ if op == 'check' then
   return {closed and 0 or 1, 0, now}
 elseif op == 'open' then
   if exists then return {0, 0, now} end
-  set(string.format('%.17g', now + tolerance), now_ms + ttl_ms(tolerance))
+  set(num_text(now + tolerance), now_ms + ttl_ms(tolerance))
   return {1, 0, now}
 elseif op == 'close' then
   if closed then return {0, 0, now} end

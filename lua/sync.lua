@@ -340,18 +340,18 @@ end
 local function stretches_text(b)
   local f = b.f
   if #f == 0 then
-    return string.format('%.17g', b.e), ''
+    return num_text(b.e), ''
   end
   local ftext
   if b.e == f[#f] then
-    ftext = string.format('%.17g %.17g', f[1], f[2])
+    ftext = num_text(f[1]) .. ' ' .. num_text(f[2])
   else
-    ftext = string.format('%.17g %.17g %.17g', b.e, f[1], f[2])
+    ftext = num_text(b.e) .. ' ' .. num_text(f[1]) .. ' ' .. num_text(f[2])
   end
   if #f == 2 then
     return ftext, ''
   end
-  return ftext, string.format('%.17g %.17g', f[3], f[4])
+  return ftext, num_text(f[3]) .. ' ' .. num_text(f[4])
 end
 
 -- relimit converts the bucket to the message's limit when the limit it was
@@ -515,7 +515,7 @@ for i = 1, keys do repeat -- once; break is the next key
         local o = math.max(tonumber(redis.call('HGET', bkey, 'o')) or 0, now)
         if back > 0 then
           o = o + back * interval
-          otext = string.format('%.17g', o)
+          otext = num_text(o)
         end
         b.tat = math.min(b.tat, deepest + (o - now))
       end

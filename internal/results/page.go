@@ -38,6 +38,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"benchTable":  benchTable,
 	"scriptRatio": scriptRatio,
+	"scriptParts": partsOf,
 	"bench":       func(b BenchRun, name string) (Bench, error) { return b.Get(name) },
 	"median": func(b Bench, unit string) (string, error) {
 		m, err := b.Median(unit)
@@ -385,18 +386,37 @@ func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 // server's CPU per key message, 256 messages a call: what the script's own
 // work adds to the two calls a message cannot do without.
 func scriptRatio(b BenchRun) (string, error) {
-	var med [2]float64
-	for i, name := range []string{"BenchmarkSyncScript/message/keys=256", "BenchmarkSyncScript/floor/keys=256"} {
-		r, err := b.Get(name)
+	p, err := partsOf(b)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatFloat(p.Message/p.Floor, 'f', 2, 64) + "x", nil
+}
+
+// scriptParts are BenchmarkSyncScript's medians of the server's CPU per key
+// message, in microseconds, 256 messages a call.
+type scriptParts struct{ Message, Wire, Floor float64 }
+
+// Formats is what reading and writing the stored and wire formats costs
+// a message (wire over floor); Logic what the script's logic does (message
+// over wire).
+func (p scriptParts) Formats() string { return num(p.Wire-p.Floor) + " µs" }
+func (p scriptParts) Logic() string   { return num(p.Message-p.Wire) + " µs" }
+func (p scriptParts) Above() string   { return num(p.Message-p.Floor) + " µs" }
+
+func partsOf(b BenchRun) (scriptParts, error) {
+	var med [3]float64
+	for i, part := range []string{"message", "wire", "floor"} {
+		r, err := b.Get("BenchmarkSyncScript/" + part + "/keys=256")
 		if err != nil {
-			return "", err
+			return scriptParts{}, err
 		}
 		if med[i], err = r.Median("redis-cpu-us/key"); err != nil {
-			return "", err
+			return scriptParts{}, err
 		}
 	}
-	if med[1] <= 0 {
-		return "", fmt.Errorf("%s: a floor of %v", b.Cmd, med[1])
+	if med[2] <= 0 {
+		return scriptParts{}, fmt.Errorf("%s: a floor of %v", b.Cmd, med[2])
 	}
-	return strconv.FormatFloat(med[0]/med[1], 'f', 2, 64) + "x", nil
+	return scriptParts{Message: med[0], Wire: med[1], Floor: med[2]}, nil
 }

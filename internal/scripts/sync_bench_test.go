@@ -26,12 +26,14 @@ import (
 // sync.lua reads and HSET of the two it writes at every message, on the
 // same keys, with the same ARGV and a reply of the same size, and neither
 // parses nor formats a number. message over floor is what the script's
-// own work costs per message.
+// own work costs per message. wire (syncWire) is the floor plus reading
+// and writing the formats a message meets: wire over floor is their cost,
+// message over wire the script's logic.
 func BenchmarkSyncScript(b *testing.B) {
 	for _, bench := range []struct {
 		name   string
 		script *Script
-	}{{"message", Sync}, {"floor", syncFloor}} {
+	}{{"message", Sync}, {"floor", syncFloor}, {"wire", syncWire}} {
 		for _, perCall := range []int{1, 256} {
 			b.Run(bench.name+"/keys="+strconv.Itoa(perCall), func(b *testing.B) { benchSyncScript(b, bench.script, perCall) })
 		}
@@ -49,6 +51,31 @@ for i = 1, (#ARGV - 6) / 2 do
   local bkey = ARGV[2 * i + 5]
   redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z', 'g')
   redis.call('HSET', bkey, lfield, '0123456789abcdef0123456789abcdef', 't', '1700000000123456.5')
+  local r = 9 * (i - 1)
+  for f = 1, 9 do reply[r + f] = 0 end
+end
+return reply`)
+
+// syncWire is syncFloor plus the formats sync.lua reads and writes at a
+// reserve message: it unpacks the message and the ledger, reads the
+// bucket's time and its first stretch field as text, packs the new ledger
+// and formats the time and a stretch field as %.17g text, which is all a
+// top-up of a full bucket formats (sync.lua's take records a stretch). It
+// writes what the floor writes, so that wire over floor is the formats
+// alone.
+var syncWire = NewScript("sync_wire", `
+local lfield = 'lb:' .. ARGV[4]
+local reply = {}
+for i = 1, (#ARGV - 6) / 2 do
+  local bkey, msg = ARGV[2 * i + 5], ARGV[2 * i + 6]
+  local rate, period, _, seq, epoch, _, value = struct.unpack('<ddddddddddd', msg)
+  local got = redis.call('HMGET', bkey, 't', lfield, 'x', 'f', 'L', 'z', 'g')
+  local tat = tonumber(got[1]) or 0
+  if got[2] then struct.unpack('<ddd', got[2]) end
+  local s = tonumber(string.match(got[4] or '0', '^(%S+)')) or 0
+  local ledger = struct.pack('<dddd', seq, epoch, value, 1700000000)
+  local stretch = string.format('%.17g %.17g', s, tat)
+  redis.call('HSET', bkey, lfield, ledger, 't', string.format('%.17g', tat + period / rate))
   local r = 9 * (i - 1)
   for f = 1, 9 do reply[r + f] = 0 end
 end
