@@ -4,12 +4,6 @@ import (
 	"math"
 	"strconv"
 	"testing"
-	"time"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
 // TestNumTextIsPercent17g checks that bucket.lua's num_text writes what
@@ -41,13 +35,7 @@ for i = 1, #ARGV, 2 do
   end
 end
 return bad`)
-	mr := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: mr.Addr(), ReadTimeout: time.Minute})
-	t.Cleanup(func() { _ = mc.Close() })
-	for _, srv := range []struct {
-		name string
-		c    redis.Scripter
-	}{{"redis", redistest.Standalone(t)}, {"miniredis", mc}} {
+	for _, srv := range interpreters(t) {
 		reply, err := s.Run(t.Context(), srv.c, nil, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", srv.name, err)

@@ -4,10 +4,6 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/lua"
@@ -63,16 +59,7 @@ for i = 1, #ARGV, 4 do
   out[#out + 1] = r
 end
 return out`)
-	mr := miniredis.RunT(t)
-	// miniredis runs the 20,000 cases in Go's Lua interpreter, about 2 s
-	// under -race on a loaded machine: past go-redis's 3 s default read
-	// timeout at times, which would fail the test for the machine's load.
-	mc := redis.NewClient(&redis.Options{Addr: mr.Addr(), ReadTimeout: time.Minute})
-	t.Cleanup(func() { _ = mc.Close() })
-	for _, srv := range []struct {
-		name string
-		c    redis.Scripter
-	}{{"redis", redistest.Standalone(t)}, {"miniredis", mc}} {
+	for _, srv := range interpreters(t) {
 		reply, err := s.Run(t.Context(), srv.c, nil, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", srv.name, err)
