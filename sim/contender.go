@@ -28,8 +28,8 @@ type ContenderRun interface {
 	// [0, Scenario.Instances).
 	Allow(ctx context.Context, inst int, key string) (bool, error)
 	// Calls returns the network calls its parts have made since Start:
-	// every request one process sent another, the workers' to the
-	// instances included.
+	// every request one part sent another over the network, the workers'
+	// to the instances included.
 	Calls(ctx context.Context) (int64, error)
 	// Close stops the instances.
 	Close() error

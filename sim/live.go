@@ -125,8 +125,9 @@ type liveRig struct {
 }
 
 // close stops the limiters and closes the clients. It returns the
-// contender's error: a contender that does not stop cleanly spoils its
-// run, where a strategy's limiters report nothing here that a run did not.
+// contender's error, which spoils its run: its instances did not stop. A
+// hybrid limiter's Close error says only that its final round did not
+// finish, after the run's figures are read, so it is not returned.
 func (rig *liveRig) close() error {
 	var err error
 	if rig.contender != nil {
@@ -165,6 +166,14 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger ti
 	_, _ = rand.Read(b[:])
 	prefix := "sim:" + hex.EncodeToString(b[:]) + ":"
 	rig := &liveRig{}
+	if r.contender != nil { // it has no Redis clients
+		cr, err := r.contender.Start(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("sim: contender %s: %w", r.contender.Name, err)
+		}
+		rig.contender, rig.decide = cr, cr.Allow
+		return rig, nil
+	}
 	n := sc.Instances
 	counter.Pause()
 	for range n {
@@ -181,15 +190,6 @@ func newLiveRig(ctx context.Context, sc Scenario, t LiveTarget, r run, linger ti
 		}
 	}
 	counter.Resume()
-	if r.contender != nil {
-		cr, err := r.contender.Start(ctx, sc)
-		if err != nil {
-			rig.close()
-			return nil, fmt.Errorf("sim: contender %s: %w", r.contender.Name, err)
-		}
-		rig.contender, rig.decide = cr, cr.Allow
-		return rig, nil
-	}
 	switch r.strategy {
 	case Exact:
 		ls := make([]*global.Limiter, n)

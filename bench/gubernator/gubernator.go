@@ -55,10 +55,11 @@ type Cluster struct {
 //
 // Gubernator's leaky bucket is l's token bucket: it holds up to Burst and
 // refills Rate every Period, continuously. Its token bucket is not: it
-// gives back the whole limit (Rate) a Period after a key's first hit, up
-// to twice the limit in a period across that reset, which the oracle
-// counts against it; but over a run of length T it too admits at most
-// B + r T.
+// ignores Burst and gives back the whole limit (Rate) a Period after a
+// key's first hit, up to twice the limit in a period across that reset,
+// which the oracle counts against it. With Burst equal to Rate (the
+// hotspot's limit), one daemon enforcing it alone admits at most B + r T
+// in a run of length T, as a token bucket does.
 func Start(ctx context.Context, n int, l hybridlimit.Limit, alg guber.Algorithm) (*Cluster, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
@@ -182,11 +183,11 @@ func (c *Cluster) served(ctx context.Context, url string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("gubernator: metrics: %w", err)
 	}
-	var n float64
 	f := families["gubernator_grpc_request_counts"]
 	if f == nil {
 		return 0, nil // nothing served yet
 	}
+	var n float64
 	for _, m := range f.GetMetric() {
 		n += m.GetCounter().GetValue()
 	}
@@ -195,21 +196,19 @@ func (c *Cluster) served(ctx context.Context, url string) (float64, error) {
 
 // Close closes the clients and stops the daemons. It lets the daemons'
 // GLOBAL loops go quiet first (quiet): Gubernator's one-shot ticker
-// (Interval.Stop) waits forever for its goroutine when that goroutine has
-// a tick to send and the last is still unread, which a daemon stopped
-// under load can leave: two runs of three hung in Daemon.Close so. A
-// daemon that still does not stop within callTimeout is an error, not a
-// hang. The daemons still running send their last hits to those stopped:
-// those errors are not logged.
+// (Interval.Stop, which Daemon.Close calls) waits forever for its
+// goroutine when that goroutine has a tick to send and the last is still
+// unread, which a daemon stopped under load can leave. A daemon that
+// still does not stop within callTimeout is an error, not a hang. The
+// daemons still running send their last hits to those stopped: those
+// errors are not logged.
 func (c *Cluster) Close() error {
 	var errs []error
 	for _, conn := range c.conns {
 		errs = append(errs, conn.Close())
 	}
 	time.Sleep(quiet)
-	if c.log != nil {
-		c.log.SetLevel(logrus.FatalLevel)
-	}
+	c.log.SetLevel(logrus.FatalLevel)
 	for i, d := range c.daemons {
 		stopped := make(chan struct{})
 		go func() {

@@ -179,7 +179,7 @@ BenchmarkSyncScript/wire/keys=256-2 	100	1000 ns/op	6.5 redis-cpu-us/key
 		"Valkey 8.0.1: a message costs 2.50x its floor, 256 a call.",
 		"Of the\n7.5 µs it costs above the floor, 1.5 µs is reading and writing the formats",
 		"and 6 µs the script's logic",
-		"Reserve 0, Gubernator 2624 (leaky bucket), 144 (token bucket); decisions a second 2.26M against 15.6k",
+		"Reserve 0, Gubernator 2624 (leaky bucket), 144 (token bucket); decisions a second 2.26M against 15.6k, each of Gubernator's a gRPC call",
 		"```text\nthe side-by-side table\n```",
 	} {
 		if !strings.Contains(page.String(), want) {

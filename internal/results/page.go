@@ -38,7 +38,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"benchTable":  benchTable,
 	"scriptRatio": scriptRatio,
-	"scriptParts": partsOf,
+	"scriptParts": scriptPartsOf,
 	"bench":       func(b BenchRun, name string) (Bench, error) { return b.Get(name) },
 	"median": func(b Bench, unit string) (string, error) {
 		m, err := b.Median(unit)
@@ -386,7 +386,7 @@ func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 // server's CPU per key message, 256 messages a call: what the script's own
 // work adds to the two calls a message cannot do without.
 func scriptRatio(b BenchRun) (string, error) {
-	p, err := partsOf(b)
+	p, err := scriptPartsOf(b)
 	if err != nil {
 		return "", err
 	}
@@ -404,7 +404,7 @@ func (p scriptParts) Formats() string { return num(p.Wire-p.Floor) + " µs" }
 func (p scriptParts) Logic() string   { return num(p.Message-p.Wire) + " µs" }
 func (p scriptParts) Above() string   { return num(p.Message-p.Floor) + " µs" }
 
-func partsOf(b BenchRun) (scriptParts, error) {
+func scriptPartsOf(b BenchRun) (scriptParts, error) {
 	var med [3]float64
 	for i, part := range []string{"message", "wire", "floor"} {
 		r, err := b.Get("BenchmarkSyncScript/" + part + "/keys=256")
