@@ -26,6 +26,13 @@
 // wide.lua's mul_div, exactly, in 26-bit limbs; the limiters refuse limits
 // whose quotients would reach 2^50, past what mul_div handles.
 //
+// Interpreters. The scripts run in Redis's and Valkey's Lua 5.1 and, for
+// the simulator and tests on miniredis, in Go's (gopher-lua), which differs
+// in places: it has no struct library (packed.lua makes one), and an
+// assignment `x = up and y` to a local x, up an upvalue that is false or
+// nil, leaves x as it was. Write such a choice with if; tests run the
+// scripts on both (internal/scripts TestSyncSameOnEveryInterpreter).
+//
 // The files, by what runs them:
 //
 //	token_bucket.lua         global.TokenBucket: decide, peek or refund a cost

@@ -232,69 +232,118 @@ local function parse(m, at)
   return rate, period, burst, seq, epoch, base, value, budget, held, owed, age
 end
 
--- A bucket's state for one message: tat, its time as stored (0 for an
--- absent bucket), so that one not ahead of now says since when the bucket
--- has been full; and the text of fields f and g, read when a charge needs
--- them.
-local function state(raw, f, g)
-  return {tat = tonumber(raw) or 0, ftext = f, gtext = g}
+-- The bucket of the message at hand, kept in these variables, which the
+-- functions below share and open() sets for each message (a Lua table a
+-- message would cost about as much as reading its stretches):
+--   tat        its time (0 for an absent bucket), so that one not ahead of
+--              now says since when the bucket has been full;
+--   tat_read, tat_raw   the time as read, and its text;
+--   f_text, g_text      fields f and g as read, or nil;
+--   kept       the stretches (stretches()), or false until read;
+--   edge       see stretches(), or nil;
+--   changed    whether kept or edge changed, so f and g are written;
+--   s1, g1, text1, s2, g2, text2   the stretches read and the text of each,
+--              "s g", which stretches_text writes again without formatting
+--              them: a number read back formats as the text it came from.
+local tat, tat_read, tat_raw, f_text, g_text, kept, edge, changed
+local s1, g1, text1, s2, g2, text2
+
+-- open sets the bucket's variables for a message that read raw, f and g
+-- (field t, or false for a bucket a reshard closed, and fields f and g).
+local function open(raw, f, g)
+  tat = tonumber(raw) or 0
+  tat_read, tat_raw, f_text, g_text = tat, raw, f, g
+  kept, edge, changed = false, nil, false
+  s1, g1, text1, s2, g2, text2 = nil, nil, nil, nil, nil, nil
+end
+
+-- now_text returns the text of now, formatted once a call.
+local now_str
+local function now_text()
+  if not now_str then now_str = num_text(now) end
+  return now_str
+end
+
+-- text_of returns the text of x, a time: read rather than formatted when it
+-- is now or the bucket's time as read.
+local function text_of(x)
+  if x == now then
+    return now_text()
+  elseif x == tat_read and tat_raw then
+    return tat_raw
+  end
+  return num_text(x)
 end
 
 -- stretches returns the full stretches whose refill, which the full
 -- bucket could not hold, no charge has used yet, start and end in turn, in
 -- time order: they pay for tokens admitted then and reported late. With
--- them goes the edge b.e, the end of the last stretch recorded or used:
+-- them goes the edge, the end of the last stretch recorded or used:
 -- refill before it is recorded or spent (nil when none is known). It
 -- reads them the first time from fields f, "s1 g1" or "e s1 g1" (or "e"
 -- alone), and g, "s2 g2" (empty when there is no second stretch); the edge
 -- not written is the last stretch's end. Each field stays short enough for
--- Redis to keep the hash compact.
-local function stretches(b)
-  if b.f then
-    return b.f
+-- Redis to keep the hash compact. (string.find and string.sub split them
+-- in about two thirds of the time string.match takes.)
+local function stretches()
+  if kept then
+    return kept
   end
-  local f = {}
-  b.f = f
-  if b.ftext then
-    local x, y, z = string.match(b.ftext, '^(%S+) ?(%S*) ?(%S*)$')
-    if z ~= '' then
-      b.e, f[1], f[2] = tonumber(x), tonumber(y), tonumber(z)
-    elseif y ~= '' then
-      f[1], f[2] = tonumber(x), tonumber(y)
-    else
-      b.e = tonumber(x)
-    end
-    local s2, g2 = string.match(b.gtext or '', '^(%S+) (%S+)$')
-    if s2 and f[2] then
-      f[3], f[4] = tonumber(s2), tonumber(g2)
-      if f[3] < f[1] then
-        -- A version that keeps one stretch wrote f since g was written
-        -- (a rolling deploy): the two in time order.
-        f[1], f[2], f[3], f[4] = f[3], f[4], f[1], f[2]
-      end
-    end
-    if not b.e then
-      b.e = f[#f]
-    end
+  kept = {}
+  if not f_text then
+    return kept
   end
-  return f
+  local p = string.find(f_text, ' ', 1, true)
+  if not p then
+    edge = tonumber(f_text)
+    return kept
+  end
+  local q = string.find(f_text, ' ', p + 1, true)
+  if q then
+    edge = tonumber(string.sub(f_text, 1, p - 1))
+    text1 = string.sub(f_text, p + 1)
+    s1, g1 = tonumber(string.sub(f_text, p + 1, q - 1)), tonumber(string.sub(f_text, q + 1))
+  else
+    text1 = f_text
+    s1, g1 = tonumber(string.sub(f_text, 1, p - 1)), tonumber(string.sub(f_text, p + 1))
+  end
+  local r = nil
+  if g_text then
+    r = string.find(g_text, ' ', 1, true)
+  end
+  if r then
+    text2 = g_text
+    s2, g2 = tonumber(string.sub(g_text, 1, r - 1)), tonumber(string.sub(g_text, r + 1))
+    if s2 < s1 then
+      -- A version that keeps one stretch wrote f since g was written
+      -- (a rolling deploy): the two in time order.
+      s1, g1, text1, s2, g2, text2 = s2, g2, text2, s1, g1, text1
+    end
+    kept[1], kept[2], kept[3], kept[4] = s1, g1, s2, g2
+  else
+    kept[1], kept[2] = s1, g1
+  end
+  if not edge then
+    edge = kept[#kept]
+  end
+  return kept
 end
 
 -- ahead returns the bucket's time, never before now: the time it holds its
 -- burst again, now for a full bucket.
-local function ahead(b)
-  return math.max(b.tat, now)
+local function ahead()
+  return math.max(tat, now)
 end
 
 -- since_full returns since when a bucket full now has held refill that no
 -- stretch records and no charge has used: its time, or the edge if later
 -- (a return moves its time back, over refill recorded or spent).
-local function since_full(b)
-  stretches(b)
-  if b.e and b.e > b.tat then
-    return b.e
+local function since_full()
+  stretches()
+  if edge and edge > tat then
+    return edge
   end
-  return b.tat
+  return tat
 end
 
 -- Stretches a bucket keeps: when there are more, the earliest goes if it
@@ -306,29 +355,35 @@ end
 local keep_stretches = 2
 local stale_before = now - ledger_ttl * 1000
 
--- trim drops stretches while there are more than a bucket keeps.
+-- trim drops stretches while there are more than a bucket keeps, moving
+-- the later ones down itself (two table.remove calls cost more than the
+-- rest of trim).
 local function trim(f)
-  while #f > 2 * keep_stretches do
+  local n = #f
+  while n > 2 * keep_stretches do
     local drop = 1
     if f[2] >= stale_before then
-      for k = 3, #f - 1, 2 do
+      for k = 3, n - 1, 2 do
         if f[k + 1] - f[k] < f[drop + 1] - f[drop] then
           drop = k
         end
       end
     end
-    table.remove(f, drop)
-    table.remove(f, drop)
+    for k = drop, n - 2 do
+      f[k] = f[k + 2]
+    end
+    f[n], f[n - 1] = nil, nil
+    n = n - 2
   end
 end
 
 -- record adds the full stretch from s to g, whose refill no charge has
 -- used, to the bucket's, and moves the edge to g.
-local function record(b, s, g)
-  local f = stretches(b)
-  b.stretch = true
-  if not b.e or g > b.e then
-    b.e = g
+local function record(s, g)
+  local f = stretches()
+  changed = true
+  if not edge or g > edge then
+    edge = g
   end
   if g > s then
     f[#f + 1], f[#f + 2] = s, g
@@ -336,22 +391,31 @@ local function record(b, s, g)
   end
 end
 
--- stretches_text returns the text of fields f and g.
-local function stretches_text(b)
-  local f = b.f
-  if #f == 0 then
-    return num_text(b.e), ''
+-- pair_text returns the text of the stretch from s to g: as it was read
+-- when it is a stretch the bucket held, else made.
+local function pair_text(s, g)
+  if s == s1 and g == g1 then
+    return text1
+  elseif s == s2 and g == g2 then
+    return text2
   end
-  local ftext
-  if b.e == f[#f] then
-    ftext = num_text(f[1]) .. ' ' .. num_text(f[2])
-  else
-    ftext = num_text(b.e) .. ' ' .. num_text(f[1]) .. ' ' .. num_text(f[2])
+  return text_of(s) .. ' ' .. text_of(g)
+end
+
+-- stretches_text returns the text of fields f and g.
+local function stretches_text()
+  local f = kept
+  if #f == 0 then
+    return text_of(edge), ''
+  end
+  local ftext = pair_text(f[1], f[2])
+  if edge ~= f[#f] then
+    ftext = text_of(edge) .. ' ' .. ftext
   end
   if #f == 2 then
     return ftext, ''
   end
-  return ftext, num_text(f[3]) .. ' ' .. num_text(f[4])
+  return ftext, pair_text(f[3], f[4])
 end
 
 -- relimit converts the bucket to the message's limit when the limit it was
@@ -360,24 +424,24 @@ end
 -- the new rate from now on. A full bucket stays full, as an absent one
 -- does. It returns the text to store as the bucket's limit, or nil when it
 -- is stored already.
-local function relimit(b, old, limit, interval, burst)
+local function relimit(old, limit, interval, burst)
   if old == limit then return nil end
   local r0, p0, b0 = string.match(old or '', '^(%d+) (%d+) (%d+)$')
-  if r0 and b.tat > now then
-    local held = tonumber(b0) - (b.tat - now) * tonumber(r0) / tonumber(p0)
-    b.tat = later(now, (burst - math.min(held, burst)) * interval)
+  if r0 and tat > now then
+    local held = tonumber(b0) - (tat - now) * tonumber(r0) / tonumber(p0)
+    tat = later(now, (burst - math.min(held, burst)) * interval)
   end
   return limit
 end
 
 -- take charges n tokens now (a grant, a report), recording the full
 -- stretch it ends.
-local function take(b, n, interval)
+local function take(n, interval)
   if n <= 0 then return end
-  if b.tat <= now then
-    record(b, since_full(b), now)
+  if tat <= now then
+    record(since_full(), now)
   end
-  b.tat = later(ahead(b), n * interval)
+  tat = later(ahead(), n * interval)
 end
 
 -- owe charges n tokens admitted since since, before now: as if all at its
@@ -386,12 +450,12 @@ end
 -- bucket full now, out of the refill it could not hold since (what it
 -- held before since is recorded, for reports of earlier costs); the rest
 -- is taken now, into debt if need be.
-local function owe(b, n, since, interval)
+local function owe(n, since, interval)
   local d = n * interval
-  local f, k = stretches(b), 1
+  local f, k = stretches(), 1
   while d > 0 and k < #f do
     if since < f[k + 1] then
-      b.stretch = true
+      changed = true
       if since > f[k] then
         -- What it held before since stays, for reports of earlier costs.
         table.insert(f, k + 1, since)
@@ -414,16 +478,16 @@ local function owe(b, n, since, interval)
   if d <= 0 then
     return
   end
-  if b.tat <= now then
-    local full = since_full(b)
+  if tat <= now then
+    local full = since_full()
     local from = math.max(full, since)
-    record(b, full, from)
-    b.tat = later(from, d)
+    record(full, from)
+    tat = later(from, d)
     -- The refill spent: a return that moves the time back does not
     -- free it again.
-    b.e = math.max(b.e, math.min(b.tat, now))
+    edge = math.max(edge, math.min(tat, now))
   else
-    b.tat = later(b.tat, d)
+    tat = later(tat, d)
   end
 end
 
@@ -459,7 +523,7 @@ for i = 1, keys do repeat -- once; break is the next key
     local s, g = string.match(raw, '^m(%d+)%.(%d+)$')
     moved_s, moved_gen = tonumber(s), tonumber(g)
   end
-  local b = state(moved_s == 0 and raw, got[4], got[7])
+  open(moved_s == 0 and raw, got[4], got[7])
   local limit_text = nil
   if moved_s == 0 then
     local stated = string.sub(msg, 1, 24)
@@ -468,7 +532,7 @@ for i = 1, keys do repeat -- once; break is the next key
       text = string.format('%d %d %d', rate, period, burst)
       limits[stated] = text
     end
-    limit_text = relimit(b, got[5], text, interval, burst)
+    limit_text = relimit(got[5], text, interval, burst)
   end
 
   local lseq, total = 0, base
@@ -485,24 +549,24 @@ for i = 1, keys do repeat -- once; break is the next key
   local fresh = seq > lseq and moved_s == 0 and not reset
   if fresh then
     if reserve and base + owed > total then
-      owe(b, base + owed - total, now - age, interval)
+      owe(base + owed - total, now - age, interval)
       total = base + owed
     end
     if reserve and value < total then
       -- Tokens handed back: the bucket holds them again, a full one
       -- having been full since then.
-      b.tat = later(ahead(b), -(total - value) * interval)
+      tat = later(ahead(), -(total - value) * interval)
       total = value
     elseif reserve and value > total then
-      local grant = math.min(value - total, math.max(available(ahead(b), tolerance, interval), 0))
-      take(b, grant, interval)
+      local grant = math.min(value - total, math.max(available(ahead(), tolerance, interval), 0))
+      take(grant, interval)
       total = total + grant
     elseif not reserve and value > total then
       local back = math.min(owed, value - total)
       if back > 0 then
-        owe(b, back, now - age, interval)
+        owe(back, now - age, interval)
       end
-      take(b, value - total - back, interval)
+      take(value - total - back, interval)
       -- The overdraft of admissions is kept as deep as admissions can go:
       -- a burst, or the budget when that is more; forgiven past it, a
       -- budget above one burst was handed out again once a burst had
@@ -511,47 +575,51 @@ for i = 1, keys do repeat -- once; break is the next key
       -- field o holds when the owed costs alone would be repaid, and the
       -- overdraft is kept as deep from there.
       local deepest = now + tolerance + math.max(tolerance, budget * interval)
-      if back > 0 or b.tat > deepest then
+      if back > 0 or tat > deepest then
         local o = math.max(tonumber(redis.call('HGET', bkey, 'o')) or 0, now)
         if back > 0 then
           o = o + back * interval
           otext = num_text(o)
         end
-        b.tat = math.min(b.tat, deepest + (o - now))
+        tat = math.min(tat, deepest + (o - now))
       end
       total = value
     end
     if not l then prune(bkey) end
-    local w = {'HSET', bkey, lfield, struct.pack('<dddd', seq, epoch, total, now_s)}
-    local t = tat_text(b.tat, raw)
+    -- The command, made at its largest size at once and called with its
+    -- first n.
+    local w = {'HSET', bkey, lfield, struct.pack('<dddd', seq, epoch, total, now_s),
+      false, false, false, false, false, false, false, false, false, false, false, false}
+    local n = 4
+    local t = tat_text(tat, raw)
     if t then
-      w[5], w[6] = 't', t
+      w[5], w[6], n = 't', t, 6
     end
     if otext then
-      w[#w + 1], w[#w + 2] = 'o', otext
+      w[n + 1], w[n + 2], n = 'o', otext, n + 2
     end
-    if b.stretch then
-      local ftext, gtext = stretches_text(b)
-      w[#w + 1], w[#w + 2] = 'f', ftext
-      if gtext ~= '' or (b.gtext and b.gtext ~= '') then
-        w[#w + 1], w[#w + 2] = 'g', gtext
+    if changed then
+      local ftext, gtext = stretches_text()
+      w[n + 1], w[n + 2], n = 'f', ftext, n + 2
+      if gtext ~= (g_text or '') then
+        w[n + 1], w[n + 2], n = 'g', gtext, n + 2
       end
     end
     if limit_text and (t or raw) then
-      w[#w + 1], w[#w + 2] = 'L', limit_text
+      w[n + 1], w[n + 2], n = 'L', limit_text, n + 2
     end
-    local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(ahead(b) - now)), floor_div(ledger_ttl, 2))
+    local until_ms = extend(x, now_ms + math.max(ledger_ttl, ttl_ms(ahead() - now)), floor_div(ledger_ttl, 2))
     if until_ms then
-      w[#w + 1], w[#w + 2] = 'x', string.format('%d', until_ms)
+      w[n + 1], w[n + 2], n = 'x', string.format('%d', until_ms), n + 2
     end
-    redis.call(unpack(w))
+    redis.call(unpack(w, 1, n))
     if until_ms then
       -- Relative: now may be the caller's clock (ARGV[1]), not Redis's.
       redis.call('PEXPIRE', bkey, until_ms - now_ms)
     end
   end
-  local tat = ahead(b)
-  local remaining = math.max(0, available(tat, tolerance, interval))
+  local full_at = ahead()
+  local remaining = math.max(0, available(full_at, tolerance, interval))
   if moved_s > 0 then remaining = 0 end
   local allowance = 0
   if not reserve then
@@ -566,11 +634,11 @@ for i = 1, keys do repeat -- once; break is the next key
     end
   end
   local retry = 0
-  if remaining < 1 and moved_s == 0 then retry = math.ceil(tat - tolerance + interval - now) end
+  if remaining < 1 and moved_s == 0 then retry = math.ceil(full_at - tolerance + interval - now) end
   reply[r + 1] = total
   reply[r + 2] = remaining
   reply[r + 3] = retry
-  reply[r + 4] = math.ceil(tat - now)
+  reply[r + 4] = math.ceil(full_at - now)
   reply[r + 5] = allowance
   reply[r + 6] = moved_s
   reply[r + 7] = moved_gen
