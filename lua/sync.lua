@@ -238,7 +238,7 @@ end
 --   tat        its time (0 for an absent bucket), so that one not ahead of
 --              now says since when the bucket has been full;
 --   tat_read, tat_raw   the time as read, and its text;
---   f_text, g_text      fields f and g as read, or nil;
+--   f_text, g_text      fields f and g as read, or false;
 --   kept       the stretches (stretches()), or false until read;
 --   edge       see stretches(), or nil;
 --   changed    whether kept or edge changed, so f and g are written;
