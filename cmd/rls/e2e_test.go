@@ -768,15 +768,7 @@ func TestReplicasShareOneLimit(t *testing.T) {
 func TestBrokenStartup(t *testing.T) {
 	t.Parallel()
 	root := runtimeDir(t, map[string]string{"basic.yaml": "domain: basic\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n"})
-	p := launch(t, rlsBinary(t), env(t, root))
-	waitFor(t, "the HTTP port", func() bool {
-		resp, err := http.Get(p.httpURL + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	})
+	p := startUntil(t, (*proc).awaitHTTP, rlsBinary(t), env(t, root))
 	if code, body := p.get(p.httpURL + "/healthcheck"); code != 500 || !strings.Contains(body, "no rules loaded") {
 		t.Fatalf("/healthcheck with no rules: %d %q", code, body)
 	}

@@ -149,9 +149,16 @@ func freePort(t *testing.T) int {
 // service then exits at once, and start tries other ports, twice at most.
 func start(t *testing.T, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
+	return startUntil(t, (*proc).awaitServing, bin, env, args...)
+}
+
+// startUntil is start with another moment to wait for: await returns once
+// the process reaches it, or why it did not.
+func startUntil(t *testing.T, await func(*proc) error, bin string, env map[string]string, args ...string) *proc {
+	t.Helper()
 	for tries := 1; ; tries++ {
 		p := launch(t, bin, env, args...)
-		err := p.awaitServing()
+		err := await(p)
 		if err == nil {
 			return p
 		}
@@ -242,6 +249,29 @@ func (p *proc) awaitServing() error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not serving after 20s (last: %v %v):\n%s", p.cmd.Path, r, err, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitHTTP waits, for 20 s, until the process answers on its HTTP port,
+// whatever the status: a service with no rules loaded listens but fails
+// its health check.
+func (p *proc) awaitHTTP() error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(p.httpURL + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before listening (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening after 20s (last: %v):\n%s", p.cmd.Path, err, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -88,7 +88,11 @@ func syncLockstep(t *testing.T, seed uint64, steps int, targets []syncTarget) {
 			limitOf[rng.IntN(keyCount)] = rng.IntN(len(limits))
 		}
 		in := insts[rng.IntN(len(insts))]
-		h := SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: in.mode, Instance: in.id, AllowanceLifeUS: 500_000}
+		// Redis expires keys on its own clock: an allowance lives a minute,
+		// past any run of this test, so no key expires in Redis and not in
+		// miniredis, and an allowance still lapses on the calls' clock,
+		// which moves about five seconds a step.
+		h := SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: in.mode, Instance: in.id, AllowanceLifeUS: 60_000_000}
 		var sk []SyncKey
 		for _, k := range rng.Perm(keyCount)[:1+rng.IntN(3)] {
 			v := &in.keys[k]
