@@ -26,8 +26,8 @@ func TestSyncSameOnEveryInterpreter(t *testing.T) {
 	for _, in := range interpreters(t) {
 		targets = append(targets, syncTarget{name: in.name, c: in.c.(redis.Cmdable), script: Sync})
 	}
-	for seed := range uint64(3) {
-		syncLockstep(t, seed, 300, targets)
+	for seed := range uint64(2) {
+		syncLockstep(t, seed, 250, targets)
 	}
 }
 
