@@ -234,44 +234,45 @@ func (p *proc) waitServing() {
 // awaitServing is waitServing returning its failure.
 func (p *proc) awaitServing() error {
 	hc := healthpb.NewHealthClient(p.conn)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return p.await("serving", func() (bool, any) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
-		cancel()
-		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before serving (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not serving after 20s (last: %v %v):\n%s", p.cmd.Path, r, err, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING, fmt.Sprint(r, " ", err)
+	})
 }
 
 // awaitHTTP waits, for 20 s, until the process answers on its HTTP port,
 // whatever the status: a service with no rules loaded listens but fails
 // its health check.
 func (p *proc) awaitHTTP() error {
+	return p.await("listening", func() (bool, any) {
+		resp, err := http.Get(p.httpURL + "/healthcheck")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return true, nil
+	})
+}
+
+// await polls ready every 20 ms, for 20 s, until it reports the process
+// is what (with what it saw last), and fails early, with the process's
+// output, if the process exits.
+func (p *proc) await(what string, ready func() (bool, any)) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(p.httpURL + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
+		ok, last := ready()
+		if ok {
 			return nil
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before listening (%v):\n%s", p.cmd.Path, p.cmd.ProcessState, p.out.String())
+			return fmt.Errorf("%s exited before %s (%v):\n%s", p.cmd.Path, what, p.cmd.ProcessState, p.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not listening after 20s (last: %v):\n%s", p.cmd.Path, err, p.out.String())
+			return fmt.Errorf("%s not %s after 20s (last: %v):\n%s", p.cmd.Path, what, last, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
