@@ -233,8 +233,8 @@ local function parse(m, at)
 end
 
 -- The bucket of the message at hand, kept in these variables, which the
--- functions below share and open() sets for each message (a Lua table a
--- message would cost about as much as reading its stretches):
+-- functions below share and open() sets for each message (a Lua table of
+-- a dozen fields costs Redis about 0.25 us to make, a message):
 --   tat        its time (0 for an absent bucket), so that one not ahead of
 --              now says since when the bucket has been full;
 --   tat_read, tat_raw   the time as read, and its text;

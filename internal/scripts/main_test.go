@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // interpreter is a server a test runs one script on, by name.
 type interpreter struct {
 	name string
-	c    redis.Scripter
+	c    redis.Cmdable
 }
 
 // interpreters returns the test binary's Redis and a miniredis of the

@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -22,27 +20,16 @@ import (
 // Go's Lua is not Redis's: an assignment `x = up and y`, with up an
 // upvalue that is false, leaves x as it was there.
 func TestSyncSameOnEveryInterpreter(t *testing.T) {
-	var targets []syncTarget
-	for _, in := range interpreters(t) {
-		targets = append(targets, syncTarget{name: in.name, c: in.c.(redis.Cmdable), script: Sync})
-	}
+	in := interpreters(t)
 	for seed := range uint64(2) {
-		syncLockstep(t, seed, 250, targets)
+		syncLockstep(t, seed, 250, in)
 	}
 }
 
-// syncTarget is an interpreter and a build of sync.lua that syncLockstep
-// drives.
-type syncTarget struct {
-	name   string
-	c      redis.Cmdable
-	script *Script
-}
-
-// syncLockstep sends steps random calls, made from seed, to each target
-// with the same arguments, and fails at the first reply or hash that
-// differs between them.
-func syncLockstep(t *testing.T, seed uint64, steps int, targets []syncTarget) {
+// syncLockstep sends steps random calls of sync.lua, made from seed, to
+// each interpreter with the same arguments, and fails at the first reply
+// or hash that differs between them.
+func syncLockstep(t *testing.T, seed uint64, steps int, targets []interpreter) {
 	t.Helper()
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -131,7 +118,7 @@ func syncLockstep(t *testing.T, seed uint64, steps int, targets []syncTarget) {
 		var first []any
 		var firstHashes []map[string]string
 		for i, tg := range targets {
-			reply, err := tg.script.Run(ctx, tg.c, route, args...)
+			reply, err := Sync.Run(ctx, tg.c, route, args...)
 			if err != nil {
 				t.Fatalf("seed %d step %d: %s: %v", seed, step, tg.name, err)
 			}
