@@ -30,7 +30,7 @@ type modelCluster struct {
 func newModelCluster(c *redis.Client, n int) *modelCluster {
 	m := &modelCluster{Client: c, masters: make([]*redis.Client, n)}
 	for i := range m.masters {
-		m.masters[i] = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("master-%d", i)})
+		m.masters[i] = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("master-%d", i), MaintNotificationsConfig: offline()})
 	}
 	return m
 }

@@ -18,11 +18,10 @@ type Config struct {
 	// reply arrives RTT after its request; at 0, at once. DefaultRTT is
 	// the usual value.
 	RTT time.Duration
-	// Parallel bounds the virtual runs going at once (default 2 x
-	// GOMAXPROCS: a run is on a CPU about a third of its time, so one run
-	// a core leaves the cores idle; the default table's 17 runs took 124
-	// run-seconds for 45 s of CPU one a core).
-	// Runs share nothing, so the report does not depend on it.
+	// Parallel bounds the virtual runs going at once (default GOMAXPROCS:
+	// a run keeps one core busy, its engine and the goroutine deciding
+	// for it taking turns). Runs share nothing, so the report does not
+	// depend on it.
 	Parallel int
 	// Detail counts, for Report.WriteDiag, the commands and sync messages
 	// carrying each Redis key in virtual mode; in live mode only the

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // embedded is a miniredis living in this process, with no listener and no
@@ -89,12 +90,23 @@ func (e *embedded) Client(hook redis.Hook) *redis.Client {
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
 			return e.conn(), nil
 		},
+		MaintNotificationsConfig: offline(),
 	})
 	if hook != nil {
 		c.AddHook(hook)
 	}
 	c.AddHook(detachHook{})
 	return c
+}
+
+// offline turns off go-redis's maintenance notifications, which nothing
+// in process sends, for a client whose address is a name, not a host: on
+// (go-redis's default), they make the client look its address up in DNS
+// when it is made, to tell an internal endpoint from an external one, and
+// a virtual run, which makes a client per instance, would wait on the
+// resolver for each.
+func offline() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // detachHook strips deadlines and cancellation from every command's

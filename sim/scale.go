@@ -34,7 +34,7 @@ type Scaled struct {
 // server (cfg.Standalone is ignored), and returns the reports in the order
 // of scales. The exact strategy runs at the first scale only: it costs one
 // script a decision at any scale, and a large scale of it takes long. The
-// runs go 2 x GOMAXPROCS at once, each alone (cfg.Parallel is ignored), as
+// runs go GOMAXPROCS at once, each alone (cfg.Parallel is ignored), as
 // RunVirtual's do by default.
 func RunScales(ctx context.Context, cfg Config, scales []float64) ([]Scaled, error) {
 	if len(scales) == 0 {
@@ -85,7 +85,7 @@ type sweepRun struct {
 	store **Report
 }
 
-// runSweep runs jobs in virtual time, 2 x GOMAXPROCS at once, each alone
+// runSweep runs jobs in virtual time, GOMAXPROCS at once, each alone
 // (its cfg.Parallel 1), as RunVirtual's runs go by default, and reports
 // every run to progress as it ends.
 func runSweep(ctx context.Context, progress func(done, total int, r Result), jobs []sweepRun) error {
@@ -100,7 +100,7 @@ func runSweep(ctx context.Context, progress func(done, total int, r Result), job
 	for _, j := range jobs {
 		total += len(plan(j.cfg.Strategies, j.cfg.Intervals))
 	}
-	for range min(2*runtime.GOMAXPROCS(0), len(jobs)) {
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

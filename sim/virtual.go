@@ -84,7 +84,7 @@ func runVirtual(ctx context.Context, cfg Config, scripts bool) (*Report, error) 
 	errs := make([]error, len(runs))
 	par := cfg.Parallel
 	if par <= 0 {
-		par = 2 * runtime.GOMAXPROCS(0)
+		par = runtime.GOMAXPROCS(0)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
