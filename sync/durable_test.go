@@ -97,14 +97,17 @@ func TestDurableSync(t *testing.T) {
 // node's calls go through that node's client with WAIT: the budget is
 // admitted exactly (failing closed, so that a fetch slow on a loaded
 // machine denies rather than falls back), and no call fails for want of
-// replicas.
+// replicas. A round's timeout is the interval plus WAIT's: WAIT waits up to
+// 2 s here, so that a round slowed by a loaded machine (over half a second
+// under -race beside the other packages) is not taken for a missing
+// replica, which both report as a timeout.
 func TestDurableSyncCluster(t *testing.T) {
 	defaultBuildOnly(t)
 	redistest.NoLeaks(t)
 	newClient := clients(t, true)
 	prefix := redistest.Prefix(t)
 	ls := newLimiters(t, 3, newClient, hlsync.WithPrefix(prefix), hlsync.WithSyncInterval(50*time.Millisecond, 0.1),
-		hlsync.WithDurableSync(1, 500*time.Millisecond), split(3), hlsync.WithFailurePolicy(hybridlimit.FailClosed))
+		hlsync.WithDurableSync(1, 2*time.Second), split(3), hlsync.WithFailurePolicy(hybridlimit.FailClosed))
 	const burst = 900
 	limit := frozen(burst)
 	admitted, err := hammer(ls, 4, "hot", limit, burst, 100*time.Millisecond)
