@@ -157,7 +157,7 @@ func start(t *testing.T, bin string, env map[string]string, args ...string) *pro
 func startUntil(t *testing.T, await func(*proc) error, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
 	for tries := 1; ; tries++ {
-		p := launch(t, bin, env, args...)
+		p := launchIn(t, "", 0, bin, env, args...)
 		err := await(p)
 		if err == nil {
 			return p
@@ -168,14 +168,8 @@ func startUntil(t *testing.T, await func(*proc) error, bin string, env map[strin
 	}
 }
 
-// launch starts bin as start does, without waiting for it to serve.
-func launch(t *testing.T, bin string, env map[string]string, args ...string) *proc {
-	t.Helper()
-	return launchIn(t, "", 0, bin, env, args...)
-}
-
-// launchIn starts bin as launch does, chrooted into root as user uid when
-// root is not "" (bin is then a path in root).
+// launchIn starts bin as start does, without waiting for it, chrooted
+// into root as user uid when root is not "" (bin is then a path in root).
 func launchIn(t *testing.T, root string, uid uint32, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
 	ports := [3]int{freePort(t), freePort(t), freePort(t)}
@@ -244,7 +238,8 @@ func (p *proc) awaitServing() error {
 
 // awaitHTTP waits, for 20 s, until the process answers on its HTTP port,
 // whatever the status: a service with no rules loaded listens but fails
-// its health check.
+// its health check. The service binds every port before it serves on any,
+// so an answer says that none was taken.
 func (p *proc) awaitHTTP() error {
 	return p.await("listening", func() (bool, any) {
 		resp, err := http.Get(p.httpURL + "/healthcheck")

@@ -31,7 +31,7 @@ func TestServerCertificates(t *testing.T) {
 	envoy := ca.Issue(t, "envoy", "envoy.gateway.svc").TLS(t)
 	intruder := ca.Issue(t, "intruder", "intruder.svc").TLS(t)
 
-	p := launch(t, rlsBinary(t), e)
+	p := startUntil(t, (*proc).awaitHTTP, rlsBinary(t), e)
 	conn := tlsConn(t, p.grpcAddr, ca, envoy)
 	_ = p.conn.Close()
 	p.conn, p.client = conn, rlspb.NewRateLimitServiceClient(conn)

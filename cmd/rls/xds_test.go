@@ -328,14 +328,7 @@ func TestXDSUnreachableAtStart(t *testing.T) {
 					t.Fatalf("call before any rules: %v, want Unavailable: no rate limit configuration", err)
 				}
 			} else {
-				p = launch(t, rlsBinary(t), e)
-				waitFor(t, "the health check to answer", func() bool {
-					resp, err := http.Get(p.httpURL + "/healthcheck")
-					if err == nil {
-						resp.Body.Close()
-					}
-					return err == nil
-				})
+				p = startUntil(t, (*proc).awaitHTTP, rlsBinary(t), e)
 				time.Sleep(300 * time.Millisecond) // a few connection attempts
 				if code, body := p.get(p.httpURL + "/healthcheck"); code != http.StatusInternalServerError || !strings.Contains(body, "xDS") {
 					t.Fatalf("/healthcheck before any rules = %d %q, want 500 naming the xDS server", code, body)
@@ -368,7 +361,7 @@ func TestXDSHealthyWithConfig(t *testing.T) {
 	for k, v := range xenv {
 		e[k] = v
 	}
-	p := launch(t, rlsBinary(t), e)
+	p := startUntil(t, (*proc).awaitHTTP, rlsBinary(t), e)
 	waitFor(t, "version 1 ACKed", func() bool { return xs.acked("1") })
 	if code, body := p.get(p.httpURL + "/healthcheck"); code != http.StatusInternalServerError || !strings.Contains(body, "no domain") {
 		t.Fatalf("/healthcheck with rules of no domain = %d %q, want 500 saying so", code, body)
@@ -387,7 +380,7 @@ func TestXDSMaxMsgSize(t *testing.T) {
 	for k, v := range xenv {
 		e[k] = v
 	}
-	p := launch(t, rlsBinary(t), e)
+	p := startUntil(t, (*proc).awaitHTTP, rlsBinary(t), e)
 	waitFor(t, "the refusal in the log", func() bool { return strings.Contains(p.out.String(), "larger than max") })
 	if code, body := p.get(p.httpURL + "/healthcheck"); code != http.StatusInternalServerError || !strings.Contains(body, "xDS") {
 		t.Fatalf("/healthcheck = %d %q, want 500: no rules from the xDS server", code, body)
