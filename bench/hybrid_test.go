@@ -31,7 +31,7 @@ import (
 //
 // Other metrics: B/key, with 10^4 keys, is the heap the limiter holds per
 // tracked key, measured after a garbage collection, before the loop starts
-// (the client's pool is filled beforehand, so its buffers are not counted); denied/op, decisions refused although the limit is never
+// (the client's two pools are filled beforehand, so their buffers are not counted); denied/op, decisions refused although the limit is never
 // reached (a decision out of local allowance that got none within the max
 // wait); waits/op, decisions that waited for a fetch; degraded/op,
 // decisions made by the failure policy without Redis, which should be 0 or
@@ -142,12 +142,27 @@ func warmHybrid(b *testing.B, lim *hlsync.Limiter, keys []string) int64 {
 	return denials.Load()
 }
 
-// fillPool opens the connections the client will pool, so that their
-// buffers are allocated before a heap measurement.
+// fillPool opens every connection the client will pool, in its pool for
+// commands and in the one for pipelines (the sync calls' pool, whose
+// buffers are 256 KiB a connection), so that their buffers are allocated
+// before a heap measurement: they are the client's whatever the keys.
+// Each goroutine holds a connection for 50 ms with a BLPOP that times out,
+// so twice as many as the two pools hold open every connection they can.
 func fillPool(c *redis.Client) {
+	pipes := c.Options().PipelinePoolSize
+	if pipes == 0 {
+		pipes = redis.DefaultPipelinePoolSize
+	}
+	const key = "bench:fill" // never pushed to
 	var wg stdsync.WaitGroup
-	for range 4 * c.Options().PoolSize {
-		wg.Go(func() { _ = c.Ping(context.Background()).Err() })
+	for range 2 * (c.Options().PoolSize + pipes) {
+		wg.Go(func() { _ = c.BLPop(context.Background(), 50*time.Millisecond, key).Err() })
+		wg.Go(func() {
+			_, _ = c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+				p.BLPop(context.Background(), 50*time.Millisecond, key)
+				return nil
+			})
+		})
 	}
 	wg.Wait()
 }
