@@ -155,11 +155,17 @@ func fillPool(c *redis.Client) {
 	}
 	const key = "bench:fill" // never pushed to
 	var wg stdsync.WaitGroup
+	// go-redis's BLPop rounds a timeout up to whole seconds.
+	blpop := func(c interface {
+		Do(context.Context, ...any) *redis.Cmd
+	}) {
+		c.Do(context.Background(), "BLPOP", key, "0.05")
+	}
 	for range 2 * (c.Options().PoolSize + pipes) {
-		wg.Go(func() { _ = c.BLPop(context.Background(), 50*time.Millisecond, key).Err() })
+		wg.Go(func() { blpop(c) })
 		wg.Go(func() {
 			_, _ = c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-				p.BLPop(context.Background(), 50*time.Millisecond, key)
+				blpop(p)
 				return nil
 			})
 		})
