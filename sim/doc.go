@@ -28,10 +28,10 @@
 //
 // The default scenarios are short, 8s of virtual time (DefaultScenario),
 // so that the default run of cmd/sim, every strategy at five sync
-// intervals, takes about 30s of CPU, 15s on two cores. A short run weighs the start (each
-// key's first fetch, the first rounds) more than a long one and never
-// reaches the hybrid limiter's idle hold; give a longer Duration (30s or
-// more) for figures to quote.
+// intervals, takes about 30s of CPU, 15s on two cores. A short run weighs
+// the start (each key's first fetch, the first rounds) more than a long
+// one and never reaches the hybrid limiter's idle hold; give a longer
+// Duration (30s or more) for figures to quote.
 //
 // The command line is cmd/sim; docs/results.md says how to read its output
 // and how to choose a sync interval with it.
