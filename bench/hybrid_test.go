@@ -31,7 +31,8 @@ import (
 //
 // Other metrics: B/key, with 10^4 keys, is the heap the limiter holds per
 // tracked key, measured after a garbage collection, before the loop starts
-// (the client's two pools are filled beforehand, so their buffers are not counted); denied/op, decisions refused although the limit is never
+// (the client's two pools are filled beforehand, so their buffers are not
+// counted); denied/op, decisions refused although the limit is never
 // reached (a decision out of local allowance that got none within the max
 // wait); waits/op, decisions that waited for a fetch; degraded/op,
 // decisions made by the failure policy without Redis, which should be 0 or
