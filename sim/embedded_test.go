@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func TestParseCommand(t *testing.T) {
@@ -64,5 +67,25 @@ func TestEmbeddedRunsScriptsOnVirtualTime(t *testing.T) {
 	}
 	if n, err := c.StrLen(ctx, "big").Result(); err != nil || n != int64(len(big)) {
 		t.Errorf("STRLEN big = %d, %v, want %d", n, err, len(big))
+	}
+}
+
+// TestEmbeddedClientsResolveNothing: the clients of a virtual run, named
+// rather than addressed, have go-redis's maintenance notifications off, so
+// that making one does not look its name up in DNS (see offline).
+func TestEmbeddedClientsResolveNothing(t *testing.T) {
+	emb, err := newEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	c := emb.Client(nil)
+	m := newModelCluster(c, ModelMasters)
+	defer m.Close()
+	for _, cl := range append([]*redis.Client{c}, m.masters...) {
+		o := cl.Options()
+		if o.MaintNotificationsConfig == nil || o.MaintNotificationsConfig.Mode != maintnotifications.ModeDisabled {
+			t.Errorf("client of %s: maintenance notifications %+v, want off", o.Addr, o.MaintNotificationsConfig)
+		}
 	}
 }
