@@ -66,14 +66,7 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			return l.degraded(home, now, key, limit, cost), nil
 		}
 		if !l.mode.Fetches(e.synced.Load()) || gaveUp || l.emptied(e, now) {
-			// Out of allowance until a round brings more.
-			l.flag(e, 0, true)
-			l.stats.denied(l.stats.deniedLocal, e, l.nanos(now))
-			l.lockGather(e)
-			short := l.mode.Short(&e.ledger, &e.avail, cost)
-			l.scatterUnlock(e)
-			retry := max(l.cfg.interval, l.costWait(e, short, l.nanos(now)))
-			return deniedUntil(limit, retry, e.fullIn(limit, retry), src), nil
+			return l.outOfAllowance(e, limit, cost, now, src), nil
 		}
 		serial := l.flag(e, cost, false)
 		if !waited {
@@ -88,6 +81,25 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			src = hybridlimit.SourceGlobal
 		}
 	}
+}
+
+// outOfAllowance denies cost for e until a round brings more allowance,
+// unless a reply that landed after the decision last tried to pay (with
+// the max wait spent, it ends its wait and finds the reply applied when
+// it looks again, under e.mu) brought enough: then it pays, and the
+// decision is admitted.
+func (l *Limiter) outOfAllowance(e *entry, limit hybridlimit.Limit, cost int64, now time.Time, src hybridlimit.Source) hybridlimit.Result {
+	l.lockGather(e)
+	n := e.spend(cost)
+	short := l.mode.Short(&e.ledger, &e.avail, cost)
+	l.scatterUnlock(e)
+	if n >= 0 {
+		return l.admitted(e, limit, n, src)
+	}
+	l.flag(e, 0, true)
+	l.stats.denied(l.stats.deniedLocal, e, l.nanos(now))
+	retry := max(l.cfg.interval, l.costWait(e, short, l.nanos(now)))
+	return deniedUntil(limit, retry, e.fullIn(limit, retry), src)
 }
 
 // checkCall returns ErrClosed after Close, and the error of an invalid
