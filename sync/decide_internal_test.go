@@ -29,10 +29,10 @@ func TestOutOfAllowancePaysFromALateReply(t *testing.T) {
 	l.scatterUnlock(e)
 	now := l.cfg.clock.Now()
 	r := l.outOfAllowance(e, limit, 2, now, hybridlimit.SourceLocal)
-	if !r.Allowed || r.Remaining < 3 || e.avail.Load() != 3 {
-		t.Fatalf("with 5 in hand, a cost of 2: %+v, 3 left in hand is %d; want admitted", r, e.avail.Load())
+	if !r.Allowed || r.Remaining < 3 || e.held() != 3 {
+		t.Fatalf("with 5 in hand, a cost of 2: %+v, %d in hand; want admitted, 3 in hand", r, e.held())
 	}
-	if r := l.outOfAllowance(e, limit, 4, now, hybridlimit.SourceLocal); r.Allowed || r.RetryAfter <= 0 || e.avail.Load() != 3 {
-		t.Fatalf("with 3 in hand, a cost of 4: %+v, %d in hand; want denied, nothing taken", r, e.avail.Load())
+	if r := l.outOfAllowance(e, limit, 4, now, hybridlimit.SourceLocal); r.Allowed || r.RetryAfter <= 0 || e.held() != 3 {
+		t.Fatalf("with 3 in hand, a cost of 4: %+v, %d in hand; want denied, nothing taken", r, e.held())
 	}
 }
