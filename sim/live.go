@@ -370,6 +370,13 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 	cpu1, cpuErr := redisCPU(ctx, t)
 	mcpu1, mcpuErr := mastersCPU(ctx, masters)
 	calls1, callsErr := rig.calls(ctx)
+	// Read before Close, as the commands and Redis's CPU are: Close hands
+	// back every allowance held, a message for each key an instance holds
+	// tokens of, which belongs to no decision of the run.
+	stats := make([]hlsync.Stats, len(rig.hybrids))
+	for i, l := range rig.hybrids {
+		stats[i] = l.Stats()
+	}
 	closeErr := rig.close()
 	if err := errors.Join(cpuErr, mcpuErr, callsErr, closeErr); err != nil {
 		return Result{}, err
@@ -420,8 +427,8 @@ func liveRun(ctx context.Context, cfg Config, t LiveTarget, r run) (Result, erro
 		p50, p99 := quantile(all, 0.50), quantile(all, 0.99)
 		res.DecisionP50NS, res.DecisionP99NS = &p50, &p99
 	}
-	for _, l := range rig.hybrids {
-		res.Diag.add(l.Stats())
+	for _, st := range stats {
+		res.Diag.add(st)
 	}
 	return res, nil
 }
