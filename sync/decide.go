@@ -83,11 +83,11 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 	}
 }
 
-// outOfAllowance denies cost for e until a round brings more allowance,
-// unless a reply that landed after the decision last tried to pay (with
-// the max wait spent, it ends its wait and finds the reply applied when
-// it looks again, under e.mu) brought enough: then it pays, and the
-// decision is admitted.
+// outOfAllowance decides a decision that found no allowance for cost in e
+// and waits no longer: it pays after all if a reply has brought enough
+// since it last tried (its wait can end as the reply comes, and replies
+// are applied under e.mu, where this looks), else it is denied until a
+// round brings more.
 func (l *Limiter) outOfAllowance(e *entry, limit hybridlimit.Limit, cost int64, now time.Time, src hybridlimit.Source) hybridlimit.Result {
 	l.lockGather(e)
 	n := e.spend(cost)
