@@ -9,9 +9,10 @@
 --           ever.
 --   f, g    the full stretches whose refill no charge has used, at most
 --           two, and the edge, the end of the last one recorded or used
---           (sync.lua): f "s1 g1", or "e s1 g1" when the edge e is not the
---           last stretch's end, or "e" alone; g "s2 g2", the later
---           stretch, or empty. Their refill pays for tokens reported late.
+--           (sync.lua): f "s g", or "e s g" when the edge e is not the
+--           later stretch's end, or "e" alone; g "s g", the other stretch,
+--           earlier or later, or empty. Their refill pays for tokens
+--           reported late.
 --   x       the key's expiry in milliseconds by the scripts' clock (now_us,
 --           which may be the caller's), as last set, so that a message
 --           extends it only when it falls short, not every time.
