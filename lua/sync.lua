@@ -138,7 +138,8 @@ local lfield = 'lb:' .. id
 -- The HSET of a message (its key and ledger set for each), made once a
 -- call at its largest size: a table of sixteen made for each message
 -- costs Redis about 0.2 us.
-local hset = {'HSET', false, lfield, false, false, false, false, false, false, false, false, false, false, false, false, false}
+local hset = {'HSET', false, lfield, false, false, false, false, false,
+  false, false, false, false, false, false, false, false}
 local reply = {}
 -- The text of each limit the call's messages state, by the 24 bytes that
 -- state it: the calls of a round carry few limits, each for many keys.
@@ -252,8 +253,9 @@ end
 --              as the text it came from.
 local tat, tat_read, tat_raw, f_text, g_text, kept, edge, changed
 local s1, g1, text1, s2, g2, text2
--- The table kept is, made once a call and emptied for each message: a
--- table made and grown to four stretches costs a message about 0.5 us.
+-- The table that holds kept once read, made once a call and emptied for
+-- each message: making one for each message and growing it to four
+-- stretches costs the message about 0.5 us.
 local kept_table = {}
 
 -- open sets the bucket's variables for a message that read raw, f and g
@@ -290,10 +292,10 @@ end
 -- refill before it is recorded or spent (nil when none is known). It
 -- reads them the first time from fields f, "s1 g1" or "e s1 g1" (or "e"
 -- alone), and g, "s2 g2" (empty when there is no second stretch), the
--- earlier stretch in either; the edge not written is the later
--- stretch's end. Each field stays short enough for
--- Redis to keep the hash compact. (string.find and string.sub split them
--- in about two thirds of the time string.match takes.)
+-- earlier stretch in either; the edge not written is the later stretch's
+-- end. Each field stays short enough for Redis to keep the hash compact.
+-- (string.find and string.sub split them in about two thirds of the time
+-- string.match takes.)
 local function stretches()
   if kept then
     return kept
