@@ -28,7 +28,9 @@ import (
 // parses nor formats a number. message over floor is what the script's
 // own work costs per message. wire (syncWire) is the floor plus reading
 // and writing the formats a message meets: wire over floor is their cost,
-// message over wire the script's logic.
+// message over wire the script's logic. paired (benchSyncPaired) gives the
+// ratios from the three run in turn, each on its own server, which a busy
+// spell of the machine cannot favour one of.
 func BenchmarkSyncScript(b *testing.B) {
 	for _, bench := range []struct {
 		name   string
@@ -38,6 +40,7 @@ func BenchmarkSyncScript(b *testing.B) {
 			b.Run(bench.name+"/keys="+strconv.Itoa(perCall), func(b *testing.B) { benchSyncScript(b, bench.script, perCall) })
 		}
 	}
+	b.Run("paired/keys=256", func(b *testing.B) { benchSyncPaired(b, 256) })
 }
 
 // syncFloor is BenchmarkSyncScript's floor: sync.lua's calls for a reserve
@@ -82,77 +85,143 @@ end
 return reply`)
 
 func benchSyncScript(b *testing.B, script *Script, perCall int) {
-	const keyspace = 391 * 256 // about 100,000 keys
 	// A server of its own: on one server shared by the runs, the keys the
 	// earlier runs left (100,000 more each) made each run read dearer
 	// than the last (12.0, 14.5, 19.6 us a message in three).
 	c := redistest.Start(b).Client(b)
-	ctx := b.Context()
-	prefix := redistest.Prefix(b)
-	keys := make([]string, keyspace) // each key's bucket
-	for i := range keyspace {
-		keys[i] = prefix + "{s}:b:" + strconv.Itoa(i)
-	}
-	totals := make([]int64, keyspace)
-	const epoch = 1_000
-	seq := int64(epoch)
-	now := int64(1_700_000_000_000_000)
-	next := 0
-	if err := c.ScriptLoad(ctx, script.Source()).Err(); err != nil {
-		b.Fatal(err)
-	}
-	var buf []byte
-	per := ModeReserve.KeyArgs()
-	args := make([]any, SyncHeaderArgs+per*perCall)
-	replies := make([]SyncReply, perCall)
-	ends := make([]int, perCall)
-	call := func() {
-		h := SyncHeader{NowUS: now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000_000}.Args()
-		copy(args, h[:])
-		from := next
-		buf = buf[:0]
-		for j := range perCall {
-			seq++
-			m := SyncMsg{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: seq, Epoch: epoch,
-				Base: totals[next], Value: totals[next] + 6, Budget: -1}
-			buf = m.Append(buf)
-			ends[j] = len(buf)
-			next = (next + 1) % keyspace
-		}
-		all := string(buf)
-		start := 0
-		for j, end := range ends {
-			a := args[SyncHeaderArgs+per*j:]
-			a[0], a[1] = &keys[from+j], all[start:end]
-			start = end
-		}
-		reply, err := script.EvalShaInts(ctx, c, keys[from:from+1], args).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ParseSyncReplies(reply, replies); err != nil {
-			b.Fatal(err)
-		}
-		for j, r := range replies {
-			totals[from+j] = r.Total
-		}
-		if next == 0 {
-			now += 1_000_000
-		}
-	}
-	for range keyspace / perCall {
-		call()
-	}
+	load := newSyncLoad(b, c, script, perCall, syncKeyspace, redistest.Prefix(b))
 	before, cpuBefore := evalUsec(b, c), redisCPU(b, c)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		call()
+		load.call()
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(evalUsec(b, c)-before)/float64(b.N*perCall), "redis-us/key")
 	b.ReportMetric((redisCPU(b, c)-cpuBefore)*1e6/float64(b.N*perCall), "redis-cpu-us/key")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N*perCall), "us/key")
+}
+
+// benchSyncPaired runs the message, wire and floor scripts in turn, a call
+// of each an iteration, each on a server of its own, and reports the
+// message's and the wire's Redis CPU over the floor's, and the floor's:
+// run one after another, a script whose runs meet a busy spell of the
+// machine reads dearer than one that does not, and the ratios with it (a
+// floor read 5.2 us a message in one run, 3.2 in the next). Servers of
+// their own, not one: on one, the garbage the message script leaves is
+// collected in the others' calls too (a floor in turn with it read 4.3).
+func benchSyncPaired(b *testing.B, perCall int) {
+	scripts := []*Script{Sync, syncWire, syncFloor}
+	loads := make([]*syncLoad, len(scripts))
+	cpu := make([]float64, len(scripts))
+	for i, s := range scripts {
+		c := redistest.Start(b).Client(b)
+		loads[i] = newSyncLoad(b, c, s, perCall, syncKeyspace, redistest.Prefix(b))
+	}
+	for i, l := range loads {
+		cpu[i] = -redisCPU(b, l.c)
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, l := range loads {
+			l.call()
+		}
+	}
+	b.StopTimer()
+	for i, l := range loads {
+		cpu[i] += redisCPU(b, l.c)
+	}
+	message, wire, floor := cpu[0], cpu[1], cpu[2]
+	if floor <= 0 {
+		b.Fatalf("the floor read %v s of CPU", floor)
+	}
+	b.ReportMetric(floor*1e6/float64(b.N*perCall), "floor-cpu-us/key")
+	b.ReportMetric(message/floor, "x-floor")
+	b.ReportMetric(wire/floor, "wire-x-floor")
+}
+
+// syncKeyspace is the keys of each of BenchmarkSyncScript's servers: about
+// 100,000, a multiple of 256.
+const syncKeyspace = 391 * 256
+
+// syncLoad sends a script calls of perCall reserve messages, each topping
+// up a key by 6 tokens of 1,000 a second, over a keyspace visited in turn,
+// a second of the script's clock apart: each message finds its bucket
+// full, as a key of the long tail does.
+type syncLoad struct {
+	tb      testing.TB
+	c       *redis.Client
+	script  *Script
+	perCall int
+	keys    []string // each key's bucket
+	totals  []int64
+	seq     int64
+	now     int64
+	next    int
+	buf     []byte
+	args    []any
+	replies []SyncReply
+	ends    []int
+}
+
+// newSyncLoad loads script on c and sends it a call for each of keyspace
+// keys once, so that the calls measured find the keys and their ledgers
+// written. keyspace is a multiple of perCall.
+func newSyncLoad(tb testing.TB, c *redis.Client, script *Script, perCall, keyspace int, prefix string) *syncLoad {
+	const epoch = 1_000
+	l := &syncLoad{tb: tb, c: c, script: script, perCall: perCall,
+		keys: make([]string, keyspace), totals: make([]int64, keyspace),
+		seq: epoch, now: 1_700_000_000_000_000,
+		args:    make([]any, SyncHeaderArgs+ModeReserve.KeyArgs()*perCall),
+		replies: make([]SyncReply, perCall), ends: make([]int, perCall)}
+	for i := range keyspace {
+		l.keys[i] = prefix + "{s}:b:" + strconv.Itoa(i)
+	}
+	if err := c.ScriptLoad(tb.Context(), script.Source()).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	for range keyspace / perCall {
+		l.call()
+	}
+	return l
+}
+
+// call sends one call of perCall messages.
+func (l *syncLoad) call() {
+	const epoch = 1_000
+	h := SyncHeader{NowUS: l.now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000_000}.Args()
+	copy(l.args, h[:])
+	from := l.next
+	l.buf = l.buf[:0]
+	for j := range l.perCall {
+		l.seq++
+		m := SyncMsg{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: l.seq, Epoch: epoch,
+			Base: l.totals[l.next], Value: l.totals[l.next] + 6, Budget: -1}
+		l.buf = m.Append(l.buf)
+		l.ends[j] = len(l.buf)
+		l.next = (l.next + 1) % len(l.keys)
+	}
+	all := string(l.buf)
+	start := 0
+	per := ModeReserve.KeyArgs()
+	for j, end := range l.ends {
+		a := l.args[SyncHeaderArgs+per*j:]
+		a[0], a[1] = &l.keys[from+j], all[start:end]
+		start = end
+	}
+	reply, err := l.script.EvalShaInts(l.tb.Context(), l.c, l.keys[from:from+1], l.args).Result()
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	if err := ParseSyncReplies(reply, l.replies); err != nil {
+		l.tb.Fatal(err)
+	}
+	for j, r := range l.replies {
+		l.totals[from+j] = r.Total
+	}
+	if l.next == 0 {
+		l.now += 1_000_000
+	}
 }
 
 // redisCPU returns the CPU seconds Redis's main thread has used: unlike
