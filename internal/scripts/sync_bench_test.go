@@ -164,14 +164,17 @@ type syncLoad struct {
 	ends    []int
 }
 
+// syncLoadEpoch is the epoch of every message a syncLoad sends, and its
+// first sequence number.
+const syncLoadEpoch = 1_000
+
 // newSyncLoad loads script on c and sends it a call for each of keyspace
 // keys once, so that the calls measured find the keys and their ledgers
 // written. keyspace is a multiple of perCall.
 func newSyncLoad(tb testing.TB, c *redis.Client, script *Script, perCall, keyspace int, prefix string) *syncLoad {
-	const epoch = 1_000
 	l := &syncLoad{tb: tb, c: c, script: script, perCall: perCall,
 		keys: make([]string, keyspace), totals: make([]int64, keyspace),
-		seq: epoch, now: 1_700_000_000_000_000,
+		seq: syncLoadEpoch, now: 1_700_000_000_000_000,
 		args:    make([]any, SyncHeaderArgs+ModeReserve.KeyArgs()*perCall),
 		replies: make([]SyncReply, perCall), ends: make([]int, perCall)}
 	for i := range keyspace {
@@ -188,14 +191,13 @@ func newSyncLoad(tb testing.TB, c *redis.Client, script *Script, perCall, keyspa
 
 // call sends one call of perCall messages.
 func (l *syncLoad) call() {
-	const epoch = 1_000
 	h := SyncHeader{NowUS: l.now, LedgerTTLMS: 60_000, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000_000}.Args()
 	copy(l.args, h[:])
 	from := l.next
 	l.buf = l.buf[:0]
 	for j := range l.perCall {
 		l.seq++
-		m := SyncMsg{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: l.seq, Epoch: epoch,
+		m := SyncMsg{Rate: 1000, PeriodUS: 1_000_000, Burst: 1000, Seq: l.seq, Epoch: syncLoadEpoch,
 			Base: l.totals[l.next], Value: l.totals[l.next] + 6, Budget: -1}
 		l.buf = m.Append(l.buf)
 		l.ends[j] = len(l.buf)
