@@ -292,3 +292,51 @@ func TestSyncLimitChangeKeepsTokens(t *testing.T) {
 	}
 	redistest.CheckTTLs(t, c, p)
 }
+
+// TestSyncTopUpRewritesOneStretch tops up a full bucket three times: the
+// first two top-ups record a stretch each (f, then g), and the third, a
+// ledger TTL later, drops f's stretch, which ended that long ago, and
+// records its own. The stretch it keeps stays in g, byte for byte, and the
+// new one takes f, so the top-up rewrites one field, not both.
+func TestSyncTopUpRewritesOneStretch(t *testing.T) {
+	c := redistest.Standalone(t)
+	ctx := t.Context()
+	p := redistest.Prefix(t)
+	keys := []string{p + "{s}:b", p + "{s}:a"}
+	const ledgerTTL = 10_000 // ms
+	now := int64(1_800_000_000_000_000)
+	seq := int64(1_000)
+	topUp := func(value int64) {
+		t.Helper()
+		seq++
+		// 10 tokens a second: full again 100 ms after a top-up of one.
+		msg := SyncMsg{Rate: 10, PeriodUS: 1_000_000, Burst: 10, Seq: seq, Epoch: 1, Base: value - 1, Value: value, Budget: -1}
+		if _, err := runSync(ctx, c, keys, SyncHeader{NowUS: now, LedgerTTLMS: ledgerTTL, Mode: ModeReserve, Instance: "i", AllowanceLifeUS: 1_000}, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fields := func() (f, g string) {
+		t.Helper()
+		v := c.HMGet(ctx, keys[0], "f", "g").Val()
+		f, _ = v[0].(string)
+		g, _ = v[1].(string)
+		return f, g
+	}
+	topUp(1)
+	now += 2_000_000
+	topUp(2)
+	_, g := fields()
+	if want := fmt.Sprintf("%d %d", now-1_900_000, now); g != want {
+		t.Fatalf("g after the second top-up = %q, want %q", g, want)
+	}
+	now += (ledgerTTL + 1_000) * 1_000
+	from := now - (ledgerTTL+1_000)*1_000 + 100_000
+	topUp(3)
+	f2, g2 := fields()
+	if g2 != g {
+		t.Errorf("g after the third top-up = %q, want %q as it was: its stretch is kept", g2, g)
+	}
+	if want := fmt.Sprintf("%d %d", from, now); f2 != want {
+		t.Errorf("f after the third top-up = %q, want the new stretch %q", f2, want)
+	}
+}
