@@ -88,7 +88,9 @@ func TestWriteDiagNodes(t *testing.T) {
 }
 
 // TestSplitUnloadsHotKeysNode runs a hot key over its limit, whole and
-// split, in virtual time on the modelled cluster: split, the node that
+// split, in virtual time on the modelled cluster (k0 is asked about 4,800
+// times a second against 200, enough messages for the strategy to find it
+// hot within its first seconds): split, the node that
 // runs the most of its messages must run at most two thirds of what the
 // whole key cost its one node (the run includes the second or so before
 // the key is found hot and split). The parts are one a master, each
@@ -97,7 +99,7 @@ func TestWriteDiagNodes(t *testing.T) {
 // round put as much on a master as the whole key did.
 func TestSplitUnloadsHotKeysNode(t *testing.T) {
 	t.Parallel()
-	sc := Scenario{Workload: Hotspot, Instances: 12, Keys: 50, Duration: 6 * time.Second, Rate: 4000,
+	sc := Scenario{Workload: Hotspot, Instances: 12, Keys: 50, Duration: 6 * time.Second, Rate: 8000,
 		Limit: hybridlimit.PerSecond(200), ZipfS: 2, Seed: 1}
 	rep, err := RunVirtual(context.Background(), Config{Scenario: sc, Strategies: []Strategy{Reserve, ReserveSharded},
 		Intervals: []time.Duration{200 * time.Millisecond}, RTT: DefaultRTT, Detail: true})

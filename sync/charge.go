@@ -82,7 +82,7 @@ func (l *Limiter) ChargeAt(ctx context.Context, now time.Time, key string, limit
 func (l *Limiter) charge(e *entry, cost, t int64) (owed int64, ok bool, err error) {
 	l.lockGather(e)
 	defer l.scatterUnlock(e)
-	if e.dead.Load() {
+	if e.isDead() {
 		return 0, false, nil
 	}
 	if err := checkOwed(partLimit(e), l.owing.owed(e)+cost); err != nil {

@@ -39,9 +39,10 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 			return hybridlimit.Result{}, err
 		}
 		if n := l.pay(e, cost); n >= 0 {
+			l.spent(e, n, cost)
 			return l.admitted(e, limit, n, src), nil
 		}
-		if e.dead.Load() {
+		if e.isDead() {
 			continue
 		}
 		if !e.whole() {
@@ -60,12 +61,12 @@ func (l *Limiter) slow(ctx context.Context, now time.Time, key string, limit hyb
 		// entry that took the place of one reset or moved) is asked until
 		// the max wait, or a decision Redis answers every time would be
 		// handed to the failure policy as if Redis had not.
-		gaveUp := fetches >= maxFetches && e.synced.Load() || !l.cfg.clock.Now().Before(deadline)
+		gaveUp := fetches >= maxFetches && e.isSynced() || !l.cfg.clock.Now().Before(deadline)
 		if l.unreachable(e, failed != nil || gaveUp) {
 			// Not a denial of the limit's: the failure policy decides.
 			return l.degraded(home, now, key, limit, cost), nil
 		}
-		if !l.mode.Fetches(e.synced.Load()) || gaveUp || l.emptied(e, now) {
+		if !l.mode.Fetches(e.isSynced()) || gaveUp || l.emptied(e, now) {
 			return l.outOfAllowance(e, limit, cost, now, src), nil
 		}
 		serial := l.flag(e, cost, false)
@@ -129,7 +130,7 @@ func (l *Limiter) unreachable(e *entry, stuck bool) bool {
 	if l.nodes.of(int(e.group)).breaker.isOpen() {
 		return true
 	}
-	fetchless := !l.mode.Fetches(e.synced.Load())
+	fetchless := !l.mode.Fetches(e.isSynced())
 	if !stuck && !fetchless {
 		return false
 	}
@@ -138,7 +139,7 @@ func (l *Limiter) unreachable(e *entry, stuck bool) bool {
 	if fetchless {
 		return e.ledger.Unacked
 	}
-	return e.ledger.Unacked || e.ledger.InFlight || e.flagged || !e.synced.Load()
+	return e.ledger.Unacked || e.ledger.InFlight || e.flagged || !e.isSynced()
 }
 
 // emptied reports whether Redis said e's bucket was empty less than a
@@ -181,7 +182,7 @@ func deniedUntil(limit hybridlimit.Limit, retry, full time.Duration, src hybridl
 // parts fill apart). It reads only e's first cache line, which a denial
 // on the fast path reads anyway.
 func (e *entry) fullIn(limit hybridlimit.Limit, retry time.Duration) time.Duration {
-	if e.synced.Load() && e.whole() {
+	if e.isSynced() && e.whole() {
 		return max(time.Duration(e.resetAfter.Load()), retry)
 	}
 	return limit.Refill()
@@ -223,7 +224,7 @@ func (l *Limiter) retryAfter(e *entry, cost, now int64) time.Duration {
 // for it.
 func (l *Limiter) costWait(e *entry, short, now int64) time.Duration {
 	need := short
-	if need <= 0 || !e.synced.Load() {
+	if need <= 0 || !e.isSynced() {
 		return 0
 	}
 	part := partLimit(e)
@@ -241,7 +242,7 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 	var owed, since int64 // what an entry dropped for another shard count owed
 	for {
 		if e := t.get(name); e != nil {
-			if e.dead.Load() {
+			if e.isDead() {
 				t.delete(e)
 				continue
 			}
@@ -276,14 +277,14 @@ func (l *Limiter) lookup(t *table, name, key string, limit hybridlimit.Limit, j 
 		}
 		if owed > 0 {
 			l.lockGather(e)
-			if !e.dead.Load() {
+			if !e.isDead() {
 				e.ledger.Issued += owed
 				l.owing.add(e, owed, since)
 				owed = 0
 			}
 			l.scatterUnlock(e)
 		}
-		if !e.dead.Load() {
+		if !e.isDead() {
 			return e, nil
 		}
 	}

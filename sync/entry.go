@@ -35,8 +35,8 @@ type entry struct {
 	remaining  atomic.Int64                      // the key's global tokens left as of the last sync: left, or the sum over a split key's parts
 	resetAfter atomic.Int64                      // nanoseconds until the global bucket is full, as of the last sync
 	stripes    atomic.Pointer[stripes]           // a hot key's allowance spread over one counter per CPU, or nil
-	dead       atomic.Bool                       // evicted or replaced; look the key up again
-	synced     atomic.Bool                       // Redis has answered for this entry at least once
+	marks      atomic.Uint32                     // dead and synced (see isDead, isSynced): one word, so that rideBelow fits on this line
+	rideBelow  atomic.Int32                      // a decision that leaves less allowance than this puts the entry on the riders (spent); 0: none does
 	// The first cache line ends here: all a decision reads or writes.
 
 	owner     string        // the caller's key; key is the table's name for it
@@ -50,6 +50,7 @@ type entry struct {
 	ledger   account.Ledger // the accounting of avail and of the messages to Redis
 	group    int32          // the slot group of the entry's keys in Redis; set at creation
 	flagged  bool           // on the limiter's list of entries wanting an early sync
+	riding   bool           // on the limiter's riders (spent)
 	owes     bool           // owes Redis tokens, in the limiter's owing
 	dueSlot  int8           // the schedule's slot it waits in, while due links it there; guarded by the schedule's lock
 	fellOver atomic.Int64   // home of a split key: when a decision last turned to another part, ns of the limiter's clock (parts.go)
@@ -64,7 +65,7 @@ type entry struct {
 // enough for the deny path, which reads denyUntil beside heardAt anyway.
 func (e *entry) inDebt(now int64) bool {
 	ahead := e.heardAt.Load() + e.resetAfter.Load() - now
-	if ahead <= 0 || !e.synced.Load() {
+	if ahead <= 0 || !e.isSynced() {
 		return false
 	}
 	part := partLimit(e)
@@ -194,11 +195,20 @@ func (c *counter) Swap(to func(from int64) int64) (from, set int64, ok bool) {
 	}
 }
 
+// The marks an entry's life sets, each once and for good.
+const (
+	markDead   = 1 << iota // evicted or replaced; look the key up again
+	markSynced             // Redis has answered for this entry at least once
+)
+
+func (e *entry) isDead() bool   { return e.marks.Load()&markDead != 0 }
+func (e *entry) isSynced() bool { return e.marks.Load()&markSynced != 0 }
+
 // evict marks the entry dead if it holds no allowance. The caller holds e.mu.
 func (e *entry) evict() bool {
 	if !e.avail.CompareAndSwap(0, evicted) {
 		return false
 	}
-	e.dead.Store(true)
+	e.marks.Or(markDead)
 	return true
 }

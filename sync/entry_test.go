@@ -54,7 +54,7 @@ func TestEntryLayout(t *testing.T) {
 		"avail": unsafe.Offsetof(e.avail) + 8, "key": unsafe.Offsetof(e.key) + 16,
 		"limit": unsafe.Offsetof(e.limit) + 8, "remaining": unsafe.Offsetof(e.remaining) + 8,
 		"resetAfter": unsafe.Offsetof(e.resetAfter) + 8, "stripes": unsafe.Offsetof(e.stripes) + 8,
-		"dead": unsafe.Offsetof(e.dead) + 1,
+		"marks": unsafe.Offsetof(e.marks) + 4, "rideBelow": unsafe.Offsetof(e.rideBelow) + 4,
 	} {
 		if end > 64 {
 			t.Errorf("%s ends at %d, outside the first cache line", name, end)

@@ -29,7 +29,7 @@ func (l *Limiter) PartKeys(key string, j, s, generation int) (bucket, allowances
 // parts, of the given generation; 1, 0 for a whole key or one it does not
 // track.
 func (l *Limiter) Layout(key string) (shards, generation int) {
-	if e := l.table.get(key); e != nil && !e.dead.Load() {
+	if e := l.table.get(key); e != nil && !e.isDead() {
 		return int(e.shards), int(e.gen)
 	}
 	return 1, 0
@@ -61,3 +61,16 @@ var ErrReshardRace = errReshardRace
 // StripedBuild reports whether this build spreads every key's allowance
 // over per-CPU counters (the tag hybridlimit_stripeall).
 const StripedBuild = defaultStripeDemand == 0
+
+// Holding returns the allowance this instance holds for key and the mark
+// under which a decision puts it on the riders; 0, 0 for a key it does
+// not track.
+func (l *Limiter) Holding(key string) (held, rideBelow int64) {
+	e := l.table.get(key)
+	if e == nil || e.isDead() {
+		return 0, 0
+	}
+	l.lockGather(e) // a striped key's allowance back in avail
+	defer l.scatterUnlock(e)
+	return e.avail.Load(), int64(e.rideBelow.Load())
+}

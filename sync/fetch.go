@@ -99,6 +99,69 @@ func (l *Limiter) fetch(ctx context.Context, serial uint64, deadline time.Time) 
 	}
 }
 
+// spent puts e on the riders when a decision's cost took its allowance
+// from its ride mark or above to left, below it
+// (account.Policy.RideBelow): the next call to e's node, a round's or a
+// fetch's, carries its top-up, which its next visit might bring after the
+// allowance has run out. A key waits for no call of its own; one whose
+// node is called before its visit tops up sooner, at the cost of a
+// message, not a call.
+func (l *Limiter) spent(e *entry, left, cost int64) {
+	if below := int64(e.rideBelow.Load()); left >= below || left+cost < below {
+		return
+	}
+	e.mu.Lock()
+	already := e.riding
+	e.riding = true
+	e.mu.Unlock()
+	if !already {
+		l.flagMu.Lock()
+		l.riders = append(l.riders, e)
+		l.flagMu.Unlock()
+	}
+}
+
+// carryRiders adds to r the riders whose nodes r calls and which are
+// still under their ride marks; the riders of other nodes wait for the
+// next round. It keeps what r's entries already said: a rider in flight
+// in r is not composed again.
+func (l *Limiter) carryRiders(r *round) {
+	if len(r.msgs) == 0 {
+		return
+	}
+	l.flagMu.Lock()
+	riders := l.riders
+	l.riders = nil
+	l.flagMu.Unlock()
+	if len(riders) == 0 {
+		return
+	}
+	called := make(map[*node]bool, 4)
+	for _, m := range r.msgs {
+		called[l.nodes.of(m.group)] = true
+	}
+	var wait []*entry
+	for _, e := range riders {
+		if !called[l.nodes.of(int(e.group))] {
+			wait = append(wait, e)
+			continue
+		}
+		l.lockGather(e)
+		e.riding = false
+		if !e.ledger.InFlight && e.avail.Load() < int64(e.rideBelow.Load()) {
+			if m, ok := r.prepareEntry(r.at, e, false); ok {
+				r.msgs = append(r.msgs, m)
+			}
+		}
+		l.scatterUnlock(e)
+	}
+	if len(wait) > 0 {
+		l.flagMu.Lock()
+		l.riders = append(l.riders, wait...)
+		l.flagMu.Unlock()
+	}
+}
+
 // flag asks for an early sync of e, adding cost to what it waits for, and
 // returns the number of the round that will carry it. With wake, it wakes
 // the loop for a round now; a decision that waits for the round asks for
@@ -174,6 +237,7 @@ func (l *Limiter) fetchRound() *round {
 	entries, serial := l.takeFlagged()
 	r := l.prepare(l.cfg.clock.Now(), entries, false)
 	r.fetch, r.serial = true, serial
+	l.carryRiders(r)
 	return r
 }
 

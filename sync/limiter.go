@@ -91,6 +91,7 @@ type Limiter struct {
 
 	flagMu  stdsync.Mutex
 	flagged []*entry // entries wanting a sync before their turn
+	riders  []*entry // entries under their ride marks, for the next call to their nodes (spent)
 	serial  uint64   // the serial of the last round that took the flagged entries
 	// finished tells decisions when the round they wait for is over;
 	// fetcher says a goroutine of fetchAlone runs the rounds they wait
@@ -260,7 +261,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit hybridlimit.Limit)
 	}
 	r := hybridlimit.Result{Limit: limit, Source: hybridlimit.SourceLocal}
 	e := l.table.get(key)
-	if e == nil || e.dead.Load() || !e.denialHolds(limit) {
+	if e == nil || e.isDead() || !e.denialHolds(limit) {
 		// Untracked, or known only under a tighter limit: as an absent
 		// bucket reads, full.
 		r.Allowed, r.Remaining = true, limit.Burst
@@ -298,7 +299,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 		return err
 	}
 	home := l.table.get(key)
-	if home == nil || home.dead.Load() {
+	if home == nil || home.isDead() {
 		return nil
 	}
 	// Home first, then the other parts of a split key, each given back at
@@ -308,7 +309,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit hybridlimit.Limi
 			break
 		}
 		l.lockGather(e)
-		if n := min(cost, e.consumed()); n > 0 && !e.dead.Load() {
+		if n := min(cost, e.consumed()); n > 0 && !e.isDead() {
 			e.avail.Deposit(n)
 			cost -= n
 			l.stats.refunded.Add(uint64(n))
@@ -428,6 +429,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit hybridlimit.Limit
 func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, error) {
 	if e := l.table.get(key); e != nil && *e.limit.Load() == limit && cost > 0 && cost <= e.maxCost(limit) {
 		if n := e.spend(cost); n >= 0 {
+			l.spent(e, n, cost)
 			return hybridlimit.Result{
 				Limit:      limit,
 				Allowed:    true,
@@ -452,7 +454,7 @@ func (l *Limiter) AllowNAt(ctx context.Context, now time.Time, key string, limit
 // entry, a cost the limit cannot pay, and one the allowance pays spread
 // over per-CPU counters but no counter alone (the slow path gathers it).
 func (l *Limiter) stillEmpty(e *entry, now time.Time, limit hybridlimit.Limit, cost int64) (hybridlimit.Result, bool) {
-	if !e.whole() || e.dead.Load() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
+	if !e.whole() || e.isDead() || cost > limit.Burst || l.closed.Load() || e.fragmented(cost) {
 		return hybridlimit.Result{}, false
 	}
 	t := l.nanos(l.at(now))

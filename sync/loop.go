@@ -164,6 +164,7 @@ func (l *Limiter) beginRound() *round {
 	due, serial := l.sweep(now)
 	r := l.prepare(now, due, false)
 	r.serial = serial
+	l.carryRiders(r)
 	return r
 }
 
@@ -216,7 +217,7 @@ func (l *Limiter) idle(now time.Time, e *entry) bool {
 		e.inDebt(l.nanos(now)) {
 		return false
 	}
-	if !e.synced.Load() {
+	if !e.isSynced() {
 		// Never asked (a part a decision might have turned to): Redis
 		// counts nothing for it, and it was given nothing.
 		return e.ledger.Issued == 0 && e.avail.Load() == 0

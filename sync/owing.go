@@ -133,7 +133,7 @@ func (l *Limiter) spendShare(e *entry, share hybridlimit.Limit, now time.Time, c
 // bucket starts (account.SeedShare). The caller holds e.mu.
 func (l *Limiter) heard(e *entry) account.Heard {
 	return account.Heard{
-		Synced:     e.synced.Load(),
+		Synced:     e.isSynced(),
 		At:         e.heardAt.Load(),
 		Remaining:  e.remaining.Load(),
 		ResetAfter: e.resetAfter.Load(),

@@ -128,7 +128,7 @@ func (l *Limiter) appendKeysOf(dst []byte, e *entry, g int) ([]byte, [2]int) {
 // none) live, home's and the one the configuration gives home's limit.
 func (l *Limiter) knownParts(key string, home *entry) [][2]string {
 	layouts := []layout{{shards: 1}}
-	if home != nil && !home.dead.Load() {
+	if home != nil && !home.isDead() {
 		layouts = append(layouts, home.layout())
 		if s, err := l.shardCount(key, *home.limit.Load()); err == nil {
 			layouts = append(layouts, layout{shards: s})

@@ -49,7 +49,7 @@ func (l *Limiter) reshardHot(ctx context.Context) error {
 	for _, key := range slices.Sorted(maps.Keys(hot)) {
 		rate := float64(hot[key]) / window.Seconds() * live
 		home := l.table.get(key)
-		if home == nil || home.dead.Load() || rate < l.cfg.auto.Above {
+		if home == nil || home.isDead() || rate < l.cfg.auto.Above {
 			continue
 		}
 		limit := *home.limit.Load()
@@ -61,7 +61,7 @@ func (l *Limiter) reshardHot(ctx context.Context) error {
 	}
 	var split []*entry
 	l.table.each(func(home *entry) {
-		if home.gen != 0 && !home.dead.Load() {
+		if home.gen != 0 && !home.isDead() {
 			split = append(split, home)
 		}
 	})
@@ -369,7 +369,7 @@ func (l *Limiter) move(key string, to layout, now time.Time) {
 // key lives now.
 func (l *Limiter) moveBack(key string, now time.Time) {
 	home := l.table.get(key)
-	if home == nil || home.dead.Load() {
+	if home == nil || home.isDead() {
 		return
 	}
 	s, err := l.shardCount(key, *home.limit.Load())
@@ -406,7 +406,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 		delete(l.pending, key)
 	}
 	home := l.table.get(key)
-	if home == nil || home.dead.Load() {
+	if home == nil || home.isDead() {
 		return
 	}
 	from := home.layout()
@@ -428,7 +428,7 @@ func (l *Limiter) moveLocked(key string, to layout, now time.Time, back bool) {
 		l.retiring.Unlock()
 	}
 	// The sweep may have evicted home meanwhile: a new entry will ask Redis.
-	if home.dead.Load() || !l.movable(key, old, to, back) {
+	if home.isDead() || !l.movable(key, old, to, back) {
 		unlock()
 		return
 	}
@@ -573,7 +573,7 @@ func (l *Limiter) drop(t *table, e *entry) (owed, since int64) {
 // nothing. The caller holds e.mu.
 func (e *entry) retire() (took int64, killed bool) {
 	if e.avail.Load() < evicted/2 {
-		e.dead.Store(true)
+		e.marks.Or(markDead)
 		return 0, false
 	}
 	for {

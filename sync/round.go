@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit"
@@ -106,7 +107,7 @@ func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
 // e.mu.
 func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool) {
 	l := r.l
-	if e.ledger.InFlight || e.dead.Load() {
+	if e.ledger.InFlight || e.isDead() {
 		e.flagged = false
 		return message{}, false
 	}
@@ -145,7 +146,9 @@ func (r *round) prepareEntry(now time.Time, e *entry, final bool) (message, bool
 			// Nothing to say yet: look again when the allowance may run
 			// low. An entry that holds none waits for a decision to flag
 			// it instead.
-			l.sched.at(e, l.nanos(now.Add(l.pol.Quiet(l.view(e, partLimit(e), now), seed(e)))))
+			h := l.view(e, partLimit(e), now)
+			l.sched.at(e, l.nanos(now.Add(l.pol.Quiet(h, seed(e)))))
+			l.markRideBelow(e, h)
 		}
 		return message{}, false
 	}
@@ -166,7 +169,7 @@ func (l *Limiter) compose(now time.Time, e *entry, final bool) (message, bool) {
 	e.ledger.Use.Observe(e.consumed(), t, l.cfg.interval)
 	k := account.Look{
 		T: t, Holding: l.view(e, limit, now),
-		Synced: e.synced.Load(), Flagged: e.flagged, Closed: l.closed.Load(),
+		Synced: e.isSynced(), Flagged: e.flagged, Closed: l.closed.Load(),
 	}
 	if d := l.owing.get(e); d != nil && d.Owed > 0 {
 		k.Owed, k.Since = d.Owed, d.Since
@@ -187,9 +190,23 @@ func (l *Limiter) view(e *entry, limit hybridlimit.Limit, now time.Time) account
 		Held:    e.avail.Load(),
 		Left:    e.left.Load(),
 		Unused:  time.Duration(l.nanos(now) - e.ledger.Use.UsedAt),
-		Full:    e.synced.Load() && account.Full(limit, e.left.Load(), l.nanos(now)-e.heardAt.Load()),
+		Full:    e.isSynced() && account.Full(limit, e.left.Load(), l.nanos(now)-e.heardAt.Load()),
 		Serving: e.key == e.owner || l.turnedTo(e, now),
 	}
+}
+
+// markRideBelow sets the allowance under which a decision puts e on the
+// riders (account.Policy.RideBelow) to what h, e's holding now, says. A
+// key spread over per-CPU counters is left to its visits: a decision
+// there learns what its own counter holds, not the key, and such a key's
+// demand brings its visits at half its time to run out. The caller holds
+// e.mu.
+func (l *Limiter) markRideBelow(e *entry, h account.Holding) {
+	below := l.pol.RideBelow(h)
+	if e.stripes.Load() != nil {
+		below = 0
+	}
+	e.rideBelow.Store(int32(min(below, math.MaxInt32)))
 }
 
 // lowLimit reports whether e's key, split or whole, is decided per request
@@ -272,7 +289,7 @@ func (l *Limiter) seqPast(seq int64) {
 func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	t := l.nanos(now)
 	e.heardAt.Store(t)
-	e.synced.Store(true)
+	e.marks.Or(markSynced)
 	// Taken, or reported; a closed part took nothing, and the move
 	// carries it.
 	l.owing.answered(e, m, !m.reply.Moved(), e.ledger.SentAt)
@@ -280,7 +297,9 @@ func (l *Limiter) applyReply(now time.Time, e *entry, m *message) {
 	left := e.ledger.Apply(l.mode, &e.avail, k, m.wire, m.reply)
 	l.heardLeft(e, left)
 	e.resetAfter.Store(int64(time.Duration(m.reply.ResetUS) * time.Microsecond))
-	e.ledger.NextSync = t + int64(l.pol.Next(l.view(e, m.limit, now), seed(e)))
+	h := l.view(e, m.limit, now)
+	e.ledger.NextSync = t + int64(l.pol.Next(h, seed(e)))
+	l.markRideBelow(e, h)
 	switch {
 	case m.reply.RetryUS > 0:
 		e.denyUntil.Store(l.emptyUntil(now, e, m))

@@ -73,7 +73,7 @@ func (l *Limiter) lockGather(e *entry) {
 // scatterUnlock spreads e's allowance over its counters, first giving them
 // to a key whose demand has reached Tuning.StripeDemand, and releases e.mu.
 func (l *Limiter) scatterUnlock(e *entry) {
-	if e.stripes.Load() == nil && e.ledger.Use.Rate >= l.cfg.stripeDemand && !e.dead.Load() {
+	if e.stripes.Load() == nil && e.ledger.Use.Rate >= l.cfg.stripeDemand && !e.isDead() {
 		if s := newStripes(); s != nil {
 			e.stripes.Store(s)
 		}
@@ -204,7 +204,7 @@ func (e *entry) gather() {
 // The caller holds e.mu, and gathered when it took it.
 func (e *entry) scatter() {
 	s := e.stripes.Load()
-	if s == nil || e.dead.Load() {
+	if s == nil || e.isDead() {
 		return
 	}
 	k := int64(len(s.cells))

@@ -117,6 +117,29 @@ func (p Policy) LowMark(h Holding, want int64) float64 {
 	return max(float64(want/2), h.Demand*1.5*p.Interval.Seconds())
 }
 
+// RideBelow returns the holding under which the decision that takes a
+// Reserve key there puts it on the riders, the keys the next call to
+// their node carries: its low mark, for a key that leases and whose
+// bucket can feed it (feeds), else 0 (no decision does). A key's visits
+// come an interval apart, and a top-up only at a visit that finds it under
+// its low mark: a key seen a few times an interval holds a few tokens,
+// and arrivals that come close together spend them before the visit, and
+// the next decision waits for a fetch (docs/design.md 6.5, riders).
+func (p Policy) RideBelow(h Holding) int64 {
+	lease := p.Lease(h)
+	if p.Optimistic || lease == 0 || !p.feeds(h) {
+		return 0
+	}
+	return int64(math.Ceil(p.LowMark(h, min(lease, h.Limit.Burst))))
+}
+
+// feeds reports whether h's bucket held at its last sync at least an
+// interval of this instance's demand: whether asking sooner brings a
+// Reserve key more, rather than spread what refills thinner.
+func (p Policy) feeds(h Holding) bool {
+	return h.Demand > 0 && float64(h.Left) >= h.Demand*p.Interval.Seconds()
+}
+
 // Stretch returns how many times lease h may hold: the largest power of
 // two, up to the cap, for which every live instance holding that many
 // leases would take at most an eighth of what the bucket held at its last
@@ -163,7 +186,7 @@ func (p Policy) IsLowLimit(key hybridlimit.Limit, live int64) bool {
 func (p Policy) Next(h Holding, seed uint64) time.Duration {
 	d := p.Interval
 	held := float64(max(h.Held, 0))
-	if h.Demand > 0 && (p.Optimistic || float64(h.Left) >= h.Demand*p.Interval.Seconds()) {
+	if h.Demand > 0 && (p.Optimistic || p.feeds(h)) {
 		if runOut := time.Duration(held / h.Demand * float64(time.Second)); runOut < d {
 			d = max(runOut/2, p.Tick())
 		}

@@ -102,6 +102,42 @@ func TestTopUp(t *testing.T) {
 	}
 }
 
+// TestRideBelow checks the mark under which a decision puts a key on the
+// riders: its low mark, for a Reserve key that leases and whose bucket can
+// feed it; none otherwise.
+func TestRideBelow(t *testing.T) {
+	p := testPolicy()
+	for _, tt := range []struct {
+		name string
+		edit func(*Policy, *Holding)
+		want int64
+	}{
+		// The lease is 100 (TestLease), so the low mark half of it: more
+		// than an interval and a half of demand (37.5).
+		{"half the lease", func(*Policy, *Holding) {}, 50},
+		{"bucket empty", func(_ *Policy, h *Holding) { h.Left = 0 }, 0},
+		{"bucket cannot feed an interval of demand", func(_ *Policy, h *Holding) { h.Left = 24 }, 0},
+		{"no demand measured", func(_ *Policy, h *Holding) { h.Demand = 0 }, 0},
+		{"idle past the idle hold: no lease", func(p *Policy, h *Holding) { h.Unused = p.IdleHold() }, 0},
+		{"low limit: no lease", func(_ *Policy, h *Holding) { h.Live = 1000 }, 0},
+		{"optimistic", func(p *Policy, _ *Holding) { p.Optimistic = true }, 0},
+		{"not serving", func(_ *Policy, h *Holding) { h.Serving = false }, 0},
+	} {
+		p, h := p, steady()
+		tt.edit(&p, &h)
+		if got := p.RideBelow(h); got != tt.want {
+			t.Errorf("%s: RideBelow = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	// A key whose demand over an interval and a half is more than half its
+	// lease: 300/s over 375 ms is 112.5, the lease 150 unstretched.
+	h := steady()
+	h.Demand, h.Left = 300, 1000
+	if got, want := p.RideBelow(h), int64(math.Ceil(300*1.5*0.25)); got != want {
+		t.Errorf("300/s: RideBelow = %d, want %d", got, want)
+	}
+}
+
 func TestNext(t *testing.T) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	for _, tt := range []struct {
