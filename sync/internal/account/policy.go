@@ -119,18 +119,21 @@ func (p Policy) LowMark(h Holding, want int64) float64 {
 
 // RideBelow returns the holding under which the decision that takes a
 // Reserve key there puts it on the riders, the keys the next call to
-// their node carries: its low mark, for a key that leases and whose
+// their node carries: half its low mark, for a key that leases and whose
 // bucket can feed it (feeds), else 0 (no decision does). A key's visits
 // come an interval apart, and a top-up only at a visit that finds it under
 // its low mark: a key seen a few times an interval holds a few tokens,
 // and arrivals that come close together spend them before the visit, and
-// the next decision waits for a fetch (docs/design.md 6.5, riders).
+// the next decision waits for a fetch (docs/design.md 6.5, riders). Half
+// the low mark, not all of it, so that a rider's top-up brings about as
+// much as a visit's: a rider at the low mark itself brings less, and a key
+// seen a few times an interval sends more messages for the same tokens.
 func (p Policy) RideBelow(h Holding) int64 {
 	lease := p.Lease(h)
 	if p.Optimistic || lease == 0 || !p.feeds(h) {
 		return 0
 	}
-	return int64(math.Ceil(p.LowMark(h, min(lease, h.Limit.Burst))))
+	return int64(math.Ceil(p.LowMark(h, min(lease, h.Limit.Burst)) / 2))
 }
 
 // feeds reports whether h's bucket held at its last sync at least an

@@ -112,9 +112,10 @@ func TestRideBelow(t *testing.T) {
 		edit func(*Policy, *Holding)
 		want int64
 	}{
-		// The lease is 100 (TestLease), so the low mark half of it: more
-		// than an interval and a half of demand (37.5).
-		{"half the lease", func(*Policy, *Holding) {}, 50},
+		// The lease is 100 (TestLease), so the low mark half of it, more
+		// than an interval and a half of demand (37.5), and the ride mark
+		// half of that.
+		{"a quarter of the lease", func(*Policy, *Holding) {}, 25},
 		{"bucket empty", func(_ *Policy, h *Holding) { h.Left = 0 }, 0},
 		{"bucket cannot feed an interval of demand", func(_ *Policy, h *Holding) { h.Left = 24 }, 0},
 		{"no demand measured", func(_ *Policy, h *Holding) { h.Demand = 0 }, 0},
@@ -130,10 +131,11 @@ func TestRideBelow(t *testing.T) {
 		}
 	}
 	// A key whose demand over an interval and a half is more than half its
-	// lease: 300/s over 375 ms is 112.5, the lease 150 unstretched.
+	// lease: 300/s over 375 ms is 112.5, the lease 150 unstretched; half
+	// of 112.5, rounded up.
 	h := steady()
 	h.Demand, h.Left = 300, 1000
-	if got, want := p.RideBelow(h), int64(math.Ceil(300*1.5*0.25)); got != want {
+	if got, want := p.RideBelow(h), int64(57); got != want {
 		t.Errorf("300/s: RideBelow = %d, want %d", got, want)
 	}
 }
