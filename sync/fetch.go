@@ -123,8 +123,8 @@ func (l *Limiter) spent(e *entry, left, cost int64) {
 
 // carryRiders adds to r the riders whose nodes r calls and which are
 // still under their ride marks; the riders of other nodes wait for the
-// next round. It keeps what r's entries already said: a rider in flight
-// in r is not composed again.
+// next round, unless they are dead or topped up since. It keeps what r's
+// entries already said: a rider in flight in r is not composed again.
 func (l *Limiter) carryRiders(r *round) {
 	if len(r.msgs) == 0 {
 		return
@@ -142,13 +142,15 @@ func (l *Limiter) carryRiders(r *round) {
 	}
 	var wait []*entry
 	for _, e := range riders {
-		if !called[l.nodes.of(int(e.group))] {
+		low := !e.isDead() && e.avail.Load() < int64(e.rideBelow.Load())
+		carried := called[l.nodes.of(int(e.group))]
+		if low && !carried {
 			wait = append(wait, e)
 			continue
 		}
 		l.lockGather(e)
 		e.riding = false
-		if !e.ledger.InFlight && e.avail.Load() < int64(e.rideBelow.Load()) {
+		if carried && !e.ledger.InFlight && e.avail.Load() < int64(e.rideBelow.Load()) {
 			if m, ok := r.prepareEntry(r.at, e, false); ok {
 				r.msgs = append(r.msgs, m)
 			}
