@@ -86,27 +86,41 @@ func (t *transport) send(ctx context.Context, msgs []message) error {
 }
 
 // sendTo sends msgs in calls by node and stores the replies in them; it
-// returns the messages answered elsewhere, which have none.
+// returns the messages answered elsewhere, which have none. One pipeline,
+// the usual case (a cluster client splits it per node itself), runs on the
+// caller's goroutine, which waits for it anyway; more run up to
+// pipelineParallel at once.
 func (t *transport) sendTo(ctx context.Context, msgs []*message) (moved []*message, err error) {
 	calls := t.batches(msgs)
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(pipelineParallel)
-	var mu stdsync.Mutex
-	var errs []error
+	type pipe struct {
+		node  hybridlimit.Redis
+		calls []*call
+	}
+	var pipes []pipe
 	for node, calls := range t.byNode(ctx, calls) {
 		for i := 0; i*pipelineCalls < len(calls); i++ {
-			part := calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]
-			g.Go(func() error {
-				if err := t.pipeline(ctx, node, part); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-				return nil
-			})
+			pipes = append(pipes, pipe{node, calls[i*pipelineCalls : min((i+1)*pipelineCalls, len(calls))]})
 		}
 	}
-	_ = g.Wait()
+	var mu stdsync.Mutex
+	var errs []error
+	run := func(p pipe) {
+		if err := t.pipeline(ctx, p.node, p.calls); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	if len(pipes) == 1 {
+		run(pipes[0])
+	} else {
+		var g errgroup.Group
+		g.SetLimit(pipelineParallel)
+		for _, p := range pipes {
+			g.Go(func() error { run(p); return nil })
+		}
+		_ = g.Wait()
+	}
 	t.stats.scriptCalls.Add(uint64(len(calls)))
 	t.judgeNodes(calls)
 	for _, c := range calls {
