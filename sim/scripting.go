@@ -11,6 +11,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	stdsync "sync"
 
 	"github.com/alicebob/miniredis/v2/server"
 	lua "github.com/yuin/gopher-lua"
@@ -33,32 +34,20 @@ import (
 // TestScriptingMatchesMiniredis checks that every script of the module
 // gets the same replies here as from miniredis's own EVAL.
 //
-// Calls run one at a time on one goroutine of the scripting's own, which
-// newScripting starts and Close stops; that makes each script atomic
-// against the others, as in Redis, and keeps the interpreter's deep stack
-// grown: run on the caller's goroutine (sync starts one per pipeline), a
-// call paid for growing a fresh stack every time (about 10% of a run).
+// Calls run one at a time, under mu, on the caller's goroutine; that
+// makes each script atomic against the others, as in Redis.
 // A scripting is safe for concurrent use.
 type scripting struct {
-	jobs   chan job
-	done   chan struct{}
+	mu     stdsync.Mutex
 	srv    *server.Server
 	l      *lua.LState
 	protos map[string]*lua.FunctionProto // by SHA1 of the source, lower-case hex
 
 	// inner is the connection redis.call's commands run on; its replies
-	// are parsed back from out.
+	// are read back from out.
 	inner *server.Peer
 	w     *bufio.Writer
 	out   bytes.Buffer
-	rd    *bufio.Reader
-}
-
-// job is one command for the scripting goroutine, answered on reply.
-type job struct {
-	c     *server.Peer
-	args  []string
-	reply chan struct{}
 }
 
 // msgNoScript is Redis's reply to EVALSHA of a script it does not hold.
@@ -95,7 +84,6 @@ func newScripting(srv *server.Server) (*scripting, error) {
 	s := &scripting{srv: srv, l: l, protos: map[string]*lua.FunctionProto{}}
 	s.w = bufio.NewWriter(&s.out)
 	s.inner = server.NewPeer(s.w)
-	s.rd = bufio.NewReader(&s.out)
 
 	mod := l.NewTable()
 	mod.RawSetString("call", l.NewFunction(s.call(true)))
@@ -116,18 +104,7 @@ func newScripting(srv *server.Server) (*scripting, error) {
 		l.Close()
 		return nil, fmt.Errorf("sim: embedded lua: %w", err)
 	}
-	s.jobs, s.done = make(chan job), make(chan struct{})
-	go s.serve()
 	return s, nil
-}
-
-func (s *scripting) serve() {
-	defer close(s.done)
-	for j := range s.jobs {
-		s.exec(j.c, j.args)
-		j.reply <- struct{}{}
-	}
-	s.l.Close()
 }
 
 // packedLib returns the struct library of Redis's Lua for the formats the
@@ -178,12 +155,8 @@ func pushField(l *lua.LState, field, v string) int {
 	return 1
 }
 
-// Close stops the goroutine and frees the interpreter. No command may be
-// in flight or come after.
-func (s *scripting) Close() {
-	close(s.jobs)
-	<-s.done
-}
+// Close frees the interpreter. No command may be in flight or come after.
+func (s *scripting) Close() { s.l.Close() }
 
 // handles reports whether a command is one scripting serves.
 func (s *scripting) handles(args []string) bool {
@@ -200,9 +173,9 @@ func (s *scripting) handles(args []string) bool {
 // do serves one command that handles accepted, writing its reply to c,
 // and returns when it is written.
 func (s *scripting) do(c *server.Peer, args []string) {
-	reply := make(chan struct{})
-	s.jobs <- job{c: c, args: args, reply: reply}
-	<-reply
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exec(c, args)
 }
 
 func (s *scripting) exec(c *server.Peer, args []string) {
@@ -358,8 +331,7 @@ func (s *scripting) call(raise bool) lua.LGFunction {
 		s.out.Reset()
 		s.srv.Dispatch(s.inner, args)
 		s.inner.Flush()
-		s.rd.Reset(&s.out)
-		reply, err := server.ParseReply(s.rd)
+		reply, _, err := luaReply(l, s.out.Bytes())
 		if err != nil {
 			if raise {
 				l.RaiseError("%s", err.Error())
@@ -367,36 +339,66 @@ func (s *scripting) call(raise bool) lua.LGFunction {
 			}
 			return pushField(l, "err", err.Error())
 		}
-		l.Push(toLua(l, reply))
+		l.Push(reply)
 		return 1
 	}
 }
 
-// toLua converts a reply parsed by server.ParseReply.
-func toLua(l *lua.LState, reply any) lua.LValue {
-	switch r := reply.(type) {
-	case nil:
-		return lua.LFalse
-	case int:
-		return lua.LNumber(r)
-	case int64:
-		return lua.LNumber(r)
-	case string:
-		return lua.LString(r)
-	case []byte:
-		return lua.LString(r)
-	case server.Simple:
-		t := l.CreateTable(0, 1)
-		t.RawSetString("ok", lua.LString(r))
-		return t
-	case []any:
-		t := l.CreateTable(len(r), 0)
-		for i, v := range r {
-			t.RawSetInt(i+1, toLua(l, v))
-		}
-		return t
+// luaReply reads the RESP2 reply at the front of b into Lua values, and
+// returns the rest of b: an error reply as an error, and the others as
+// server.ParseReply reads them and Redis hands them to a script.
+func luaReply(l *lua.LState, b []byte) (lua.LValue, []byte, error) {
+	i := bytes.Index(b, []byte("\r\n"))
+	if i < 1 {
+		return nil, nil, server.ErrProtocol
 	}
-	return lua.LString(fmt.Sprint(reply))
+	head, rest := string(b[1:i]), b[i+2:]
+	switch b[0] {
+	case '+':
+		t := l.CreateTable(0, 1)
+		t.RawSetString("ok", lua.LString(head))
+		return t, rest, nil
+	case '-':
+		return nil, nil, errors.New(head)
+	case ':':
+		if head == "" {
+			return lua.LNumber(0), rest, nil
+		}
+		n, err := strconv.Atoi(head)
+		if err != nil {
+			return nil, nil, server.ErrProtocol
+		}
+		return lua.LNumber(n), rest, nil
+	case '$':
+		n, err := strconv.Atoi(head)
+		switch {
+		case err != nil:
+			return nil, nil, server.ErrProtocol
+		case n < 0:
+			return lua.LFalse, rest, nil
+		case len(rest) < n+2:
+			return nil, nil, server.ErrProtocol
+		}
+		return lua.LString(rest[:n]), rest[n+2:], nil
+	case '*':
+		n, err := strconv.Atoi(head)
+		if err != nil {
+			return nil, nil, server.ErrProtocol
+		}
+		if n < 0 {
+			return lua.LFalse, rest, nil
+		}
+		t := l.CreateTable(n, 0)
+		for k := 1; k <= n; k++ {
+			var v lua.LValue
+			if v, rest, err = luaReply(l, rest); err != nil {
+				return nil, nil, err
+			}
+			t.RawSetInt(k, v)
+		}
+		return t, rest, nil
+	}
+	return nil, nil, server.ErrProtocol
 }
 
 // writeReply writes a script's return value as Redis does: a number as an
