@@ -188,6 +188,11 @@ type data struct {
 	Tail TailRun
 
 	LiveOne, LiveEight SimRun
+	// LiveTail and LiveTailBusy: the long tail live, TailKeys keys drawn
+	// uniformly, with the default workers an instance and with
+	// BusyWorkers.
+	LiveTail, LiveTailBusy SimRun
+	TailKeys, BusyWorkers  int
 
 	Tests []TestRun
 	// Peer is bench/gubernator's side-by-side run, Gubernator beside the
@@ -454,9 +459,27 @@ func (r *runner) live(d *data) error {
 	if d.LiveOne, err = r.simJSON(shown+" -instances 1", append(args, "-instances", "1")...); err != nil {
 		return err
 	}
-	d.LiveEight, err = r.simJSON(shown, args...)
+	if d.LiveEight, err = r.simJSON(shown, args...); err != nil {
+		return err
+	}
+	d.TailKeys, d.BusyWorkers = liveTailKeys, busyWorkers
+	tail := fmt.Sprintf("-live -redis ADDR -scenario uniform -keys %d -strategies exact,reserve -sync 200ms", liveTailKeys)
+	args = strings.Fields(strings.Replace(tail, "ADDR", addr, 1))
+	if d.LiveTail, err = r.simJSON(tail, args...); err != nil {
+		return err
+	}
+	busy := fmt.Sprintf(" -workers %d", busyWorkers)
+	d.LiveTailBusy, err = r.simJSON(tail+busy, append(args, strings.Fields(busy)...)...)
 	return err
 }
+
+// The long tail live: keys enough that nearly every decision is its
+// instance's first of its key in a while, and the workers an instance has
+// in its busy run, more decisions waiting at once than the default's.
+const (
+	liveTailKeys = 100_000
+	busyWorkers  = 16
+)
 
 // redisServer starts a redis-server on a free loopback port, with no
 // persistence, and returns its address and what stops it.

@@ -48,6 +48,9 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"perSec":          perSec,
 	"redisCPU":        redisCPU,
 	"cpuRatio":        cpuRatio,
+	"cpuTimes":        cpuTimes,
+	"msgsPerCall":     msgsPerCall,
+	"perKeyInterval":  perKeyInterval,
 	"cpuPerMsg":       cpuPerMsg,
 	"msgsPerDecision": msgsPerDecision,
 	"speedup":         speedup,
@@ -292,6 +295,34 @@ func cpuRatio(a, b sim.Result) (string, error) {
 		return "", fmt.Errorf("%s, %s: no Redis CPU to compare", a.Label(), b.Label())
 	}
 	return fmt.Sprintf("1/%.0f", *b.RedisCPUPerDecisionNS / *a.RedisCPUPerDecisionNS), nil
+}
+
+// cpuTimes prints a's Redis CPU per decision as a multiple of b's: "0.74x".
+func cpuTimes(a, b sim.Result) (string, error) {
+	if a.RedisCPUPerDecisionNS == nil || b.RedisCPUPerDecisionNS == nil || *b.RedisCPUPerDecisionNS <= 0 {
+		return "", fmt.Errorf("%s, %s: no Redis CPU to compare", a.Label(), b.Label())
+	}
+	return fmt.Sprintf("%.2fx", *a.RedisCPUPerDecisionNS / *b.RedisCPUPerDecisionNS), nil
+}
+
+// msgsPerCall prints the key messages a hybrid result's calls carried on
+// average, presence calls left out: 2.3.
+func msgsPerCall(r sim.Result) (string, error) {
+	calls := r.RedisCmds - r.PresenceCalls
+	if calls <= 0 {
+		return "", fmt.Errorf("%s: no sync calls", r.Label())
+	}
+	return strconv.FormatFloat(float64(r.KeyMessages)/float64(calls), 'f', 1, 64), nil
+}
+
+// perKeyInterval prints the decisions a live result made of each of keys
+// keys, on each instance, in each sync interval: 0.0083.
+func perKeyInterval(r sim.Result, keys int) (string, error) {
+	if r.DecisionsPerSec == nil || r.SyncIntervalMS == nil || keys <= 0 || r.Instances <= 0 {
+		return "", fmt.Errorf("%s: not a live hybrid result", r.Label())
+	}
+	x := *r.DecisionsPerSec * *r.SyncIntervalMS / 1000 / float64(keys) / float64(r.Instances)
+	return strconv.FormatFloat(x, 'g', 2, 64), nil
 }
 
 // perSec prints a live result's decisions a second: 2.39M, 33.1k.
