@@ -38,14 +38,8 @@ func (l *Limiter) Layout(key string) (shards, generation int) {
 // Interval returns the sync interval.
 func (l *Limiter) Interval() time.Duration { return l.cfg.interval }
 
-// Sync runs one reconcile round now (syncRound). It first waits out a
-// round still running, such as a fetch whose decisions were told and have
-// returned but whose goroutine is still leaving it: syncRound would join
-// that round (singleRound) instead of running its own at the clock's time.
-func (l *Limiter) Sync(ctx context.Context) error {
-	_ = l.singleRound(func() error { return nil })
-	return l.syncRound(ctx)
-}
+// Sync runs one reconcile round now (syncRound).
+func (l *Limiter) Sync(ctx context.Context) error { return l.syncRound(ctx) }
 
 // Announce records the instance in the presence set now.
 func (l *Limiter) Announce(ctx context.Context) error {

@@ -138,20 +138,27 @@ func (l *Limiter) refreshNodes(ctx context.Context, now time.Time) {
 }
 
 // syncRound runs one reconcile round now, for every entry that is due or
-// flagged, without the loop's other work; if a round is already running
-// it waits for that one instead. After Close it returns ErrClosed: the
-// final round handed everything back, and a round now would lease again
-// with nothing to return it.
+// flagged, without the loop's other work. A round already running (a
+// fetch's, whose decisions may have returned before its goroutine leaves
+// it) makes singleRound wait for it without running this one: as the
+// loop does, it goes again until its own has run. After Close it returns
+// ErrClosed: the final round handed everything back, and a round now
+// would lease again with nothing to return it.
 func (l *Limiter) syncRound(ctx context.Context) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	return l.singleRound(func() error {
-		r := l.beginRound()
-		err := r.Send(ctx)
-		r.Finish()
-		return err
-	})
+	var err error
+	for ran := false; !ran; {
+		err = l.singleRound(func() error {
+			ran = true
+			r := l.beginRound()
+			err := r.Send(ctx)
+			r.Finish()
+			return err
+		})
+	}
+	return err
 }
 
 // beginRound prepares a message for every entry due or flagged at the
