@@ -74,17 +74,13 @@ func (l *Limiter) loop(ctx context.Context) error {
 			why = StepTick
 		case <-l.wake:
 		}
-		// A round in flight (a fetch's) makes singleRound wait for it without
-		// running the step: go again, so that no tick is lost.
-		for ran := false; !ran; {
-			_ = l.singleRound(func() error {
-				ran = true
-				r := l.step(ctx)
-				err := r.Send(ctx)
-				r.Finish()
-				return err
-			})
-		}
+		// A round of its own, so that no tick is lost to a fetch's.
+		_ = l.ownRound(ctx, func() error {
+			r := l.step(ctx)
+			err := r.Send(ctx)
+			r.Finish()
+			return err
+		})
 		if why == StepTick {
 			l.doChores(ctx, l.cfg.clock.Now())
 		}
@@ -137,28 +133,20 @@ func (l *Limiter) refreshNodes(ctx context.Context, now time.Time) {
 	}
 }
 
-// syncRound runs one reconcile round now, for every entry that is due or
-// flagged, without the loop's other work. A round already running (a
-// fetch's, whose decisions may have returned before its goroutine leaves
-// it) makes singleRound wait for it without running this one: as the
-// loop does, it goes again until its own has run. After Close it returns
-// ErrClosed: the final round handed everything back, and a round now
-// would lease again with nothing to return it.
+// syncRound runs one reconcile round of its own now (ownRound), for every
+// entry that is due or flagged, without the loop's other work. After
+// Close it returns ErrClosed: the final round handed everything back, and
+// a round now would lease again with nothing to return it.
 func (l *Limiter) syncRound(ctx context.Context) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	var err error
-	for ran := false; !ran; {
-		err = l.singleRound(func() error {
-			ran = true
-			r := l.beginRound()
-			err := r.Send(ctx)
-			r.Finish()
-			return err
-		})
-	}
-	return err
+	return l.ownRound(ctx, func() error {
+		r := l.beginRound()
+		err := r.Send(ctx)
+		r.Finish()
+		return err
+	})
 }
 
 // beginRound prepares a message for every entry due or flagged at the
@@ -337,28 +325,22 @@ func (l *Limiter) Close(ctx context.Context) error {
 			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
 	}
-	// A round in flight makes singleRound wait for it without running ours:
-	// go again until the final round itself has run.
-	var err error
-	for ran := false; !ran; {
-		err = l.singleRound(func() error {
-			ran = true
-			// A reply from a part another instance closed moves its key to
-			// the new layout, with what the old entries held: hand that
-			// back too, a few moves deep at most.
-			for range 4 {
-				moves := l.stats.moves.Load()
-				var all []*entry
-				l.each(func(e *entry) { all = append(all, e) })
-				if err := l.roundOf(ctx, all, true); err != nil || l.stats.moves.Load() == moves {
-					return err
-				}
+	err := l.ownRound(ctx, func() error {
+		// A reply from a part another instance closed moves its key to
+		// the new layout, with what the old entries held: hand that
+		// back too, a few moves deep at most.
+		for range 4 {
+			moves := l.stats.moves.Load()
+			var all []*entry
+			l.each(func(e *entry) { all = append(all, e) })
+			if err := l.roundOf(ctx, all, true); err != nil || l.stats.moves.Load() == moves {
+				return err
 			}
-			return nil
-		})
-		if ctx.Err() != nil {
-			return fmt.Errorf("sync: close: %w", ctx.Err())
 		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return fmt.Errorf("sync: close: %w", ctx.Err())
 	}
 	if err != nil {
 		return fmt.Errorf("sync: close: final round: %w", err)

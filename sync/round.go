@@ -86,6 +86,26 @@ func (l *Limiter) singleRound(f func() error) error {
 	return err
 }
 
+// ownRound runs f as a round of its own: a round already running (a
+// fetch's, whose decisions may have returned before its goroutine leaves
+// it) makes singleRound wait for it without running f, so it goes again
+// until f has run or ctx ends. It returns f's error, or ctx's.
+func (l *Limiter) ownRound(ctx context.Context, f func() error) error {
+	for {
+		ran := false
+		err := l.singleRound(func() error {
+			ran = true
+			return f()
+		})
+		if ran {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
 // prepare computes a message for each entry that has something to say,
 // marks them in flight, and returns the round.
 func (l *Limiter) prepare(now time.Time, entries []*entry, final bool) *round {
