@@ -147,7 +147,7 @@ BenchmarkXTimeRateAllow/admit=all-2 	1000	100 ns/op
 BenchmarkSyncScript/message/keys=256-2 	100	1000 ns/op	12.5 redis-cpu-us/key
 BenchmarkSyncScript/floor/keys=256-2 	100	1000 ns/op	5 redis-cpu-us/key
 BenchmarkSyncScript/wire/keys=256-2 	100	1000 ns/op	6.5 redis-cpu-us/key
-BenchmarkSyncScript/paired/keys=256-2 	100	1000 ns/op	5 floor-cpu-us/key	1.3 wire-x-floor	2.5 x-floor
+BenchmarkSyncScript/paired/keys=256-2 	100	1000 ns/op	5 floor-cpu-us/key	1.9 stretchless-x-floor	1.3 wire-x-floor	2.5 x-floor
 `)}
 	d := &data{
 		Machine: Machine{CPUModel: "a CPU", NumCPU: 2, Valkey: "8.0.1"},

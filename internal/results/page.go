@@ -447,24 +447,31 @@ func scriptRatioApart(b BenchRun) (string, error) {
 
 // scriptParts are the server's CPU per key message, in microseconds, 256
 // messages a call, of BenchmarkSyncScript's paired run: the median floor,
-// and the message and the wire as the floor times their median ratios to
-// it.
-type scriptParts struct{ Message, Wire, Floor float64 }
+// and the message, the stretchless message and the wire as the floor times
+// their median ratios to it.
+type scriptParts struct{ Message, Stretchless, Wire, Floor float64 }
 
 // Formats is what reading and writing the stored and wire formats costs
 // a message (wire over floor); Logic what the script's logic does (message
-// over wire).
-func (p scriptParts) Formats() string { return num(p.Wire-p.Floor) + " µs" }
-func (p scriptParts) Logic() string   { return num(p.Message-p.Wire) + " µs" }
-func (p scriptParts) Above() string   { return num(p.Message-p.Floor) + " µs" }
+// over wire); Stretches what of the message the stretch a top-up of a full
+// bucket records costs (message over stretchless).
+func (p scriptParts) Formats() string   { return num(p.Wire-p.Floor) + " µs" }
+func (p scriptParts) Logic() string     { return num(p.Message-p.Wire) + " µs" }
+func (p scriptParts) Above() string     { return num(p.Message-p.Floor) + " µs" }
+func (p scriptParts) Stretches() string { return num(p.Message-p.Stretchless) + " µs" }
+
+// StretchlessRatio is the stretchless message over the floor.
+func (p scriptParts) StretchlessRatio() string {
+	return strconv.FormatFloat(p.Stretchless/p.Floor, 'f', 2, 64) + "x"
+}
 
 func scriptPartsOf(b BenchRun) (scriptParts, error) {
 	r, err := b.Get("BenchmarkSyncScript/paired/keys=256")
 	if err != nil {
 		return scriptParts{}, err
 	}
-	var med [3]float64
-	for i, unit := range []string{"floor-cpu-us/key", "x-floor", "wire-x-floor"} {
+	var med [4]float64
+	for i, unit := range []string{"floor-cpu-us/key", "x-floor", "wire-x-floor", "stretchless-x-floor"} {
 		if med[i], err = r.Median(unit); err != nil {
 			return scriptParts{}, err
 		}
@@ -472,5 +479,5 @@ func scriptPartsOf(b BenchRun) (scriptParts, error) {
 	if med[0] <= 0 {
 		return scriptParts{}, fmt.Errorf("%s: a floor of %v", b.Cmd, med[0])
 	}
-	return scriptParts{Message: med[1] * med[0], Wire: med[2] * med[0], Floor: med[0]}, nil
+	return scriptParts{Message: med[1] * med[0], Stretchless: med[3] * med[0], Wire: med[2] * med[0], Floor: med[0]}, nil
 }

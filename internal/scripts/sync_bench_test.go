@@ -29,8 +29,11 @@ import (
 // own work costs per message. wire (syncWire) is the floor plus reading
 // and writing the formats a message meets: wire over floor is their cost,
 // message over wire the script's logic. paired (benchSyncPaired) gives the
-// ratios from the three run in turn, each on its own server, which a busy
-// spell of the machine cannot favour one of.
+// ratios from these run in turn, each on its own server, which a busy
+// spell of the machine cannot favour one of, with stretchless
+// (syncStretchless) beside them: message over stretchless is what the
+// stretches a top-up of a full bucket records cost, the largest part of
+// that logic.
 func BenchmarkSyncScript(b *testing.B) {
 	for _, bench := range []struct {
 		name   string
@@ -84,6 +87,19 @@ for i = 1, (#ARGV - 6) / 2 do
 end
 return reply`)
 
+// syncStretchless is sync.lua without the stretch that a top-up of a full
+// bucket records (take's call of record), which late reports are charged
+// out of: such a message neither reads, chooses among, formats nor writes
+// stretches, and does the rest of what sync.lua does.
+func syncStretchless(tb testing.TB) *Script {
+	const record = "    record(since_full(), now)\n"
+	src := Sync.Source()
+	if strings.Count(src, record) != 1 {
+		tb.Fatalf("sync.lua has %d lines %q, want one", strings.Count(src, record), record)
+	}
+	return NewScript("sync_stretchless", strings.Replace(src, record, "", 1))
+}
+
 func benchSyncScript(b *testing.B, script *Script, perCall int) {
 	// A server of its own: on one server shared by the runs, the keys the
 	// earlier runs left (100,000 more each) made each run read dearer
@@ -102,16 +118,17 @@ func benchSyncScript(b *testing.B, script *Script, perCall int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N*perCall), "us/key")
 }
 
-// benchSyncPaired runs the message, wire and floor scripts in turn, a call
-// of each an iteration, each on a server of its own, and reports the
-// message's and the wire's Redis CPU over the floor's, and the floor's:
+// benchSyncPaired runs the message, stretchless, wire and floor scripts in
+// turn, a call of each an iteration, each on a server of its own, and
+// reports the Redis CPU of each of the first three over the floor's, and
+// the floor's:
 // run one after another, a script whose runs meet a busy spell of the
 // machine reads dearer than one that does not, and the ratios with it (a
 // floor read 5.2 us a message in one run, 3.2 in the next). Servers of
 // their own, not one: on one, the garbage the message script leaves is
 // collected in the others' calls too (a floor in turn with it read 4.3).
 func benchSyncPaired(b *testing.B, perCall int) {
-	scripts := []*Script{Sync, syncWire, syncFloor}
+	scripts := []*Script{Sync, syncStretchless(b), syncWire, syncFloor}
 	loads := make([]*syncLoad, len(scripts))
 	cpu := make([]float64, len(scripts))
 	for i, s := range scripts {
@@ -131,13 +148,14 @@ func benchSyncPaired(b *testing.B, perCall int) {
 	for i, l := range loads {
 		cpu[i] += redisCPU(b, l.c)
 	}
-	message, wire, floor := cpu[0], cpu[1], cpu[2]
+	message, stretchless, wire, floor := cpu[0], cpu[1], cpu[2], cpu[3]
 	if floor <= 0 {
 		b.Fatalf("the floor read %v s of CPU", floor)
 	}
 	b.ReportMetric(floor*1e6/float64(b.N*perCall), "floor-cpu-us/key")
 	b.ReportMetric(message/floor, "x-floor")
 	b.ReportMetric(wire/floor, "wire-x-floor")
+	b.ReportMetric(stretchless/floor, "stretchless-x-floor")
 }
 
 // syncKeyspace is the keys of each of BenchmarkSyncScript's servers: about
