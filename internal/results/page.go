@@ -302,8 +302,11 @@ func cpuTimes(a, b sim.Result) (string, error) {
 	if a.RedisCPUPerDecisionNS == nil || b.RedisCPUPerDecisionNS == nil || *b.RedisCPUPerDecisionNS <= 0 {
 		return "", fmt.Errorf("%s, %s: no Redis CPU to compare", a.Label(), b.Label())
 	}
-	return fmt.Sprintf("%.2fx", *a.RedisCPUPerDecisionNS / *b.RedisCPUPerDecisionNS), nil
+	return times(*a.RedisCPUPerDecisionNS / *b.RedisCPUPerDecisionNS), nil
 }
+
+// times prints a ratio to two decimals: "0.74x".
+func times(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) + "x" }
 
 // msgsPerCall prints the key messages a hybrid result's calls carried on
 // average, presence calls left out: 2.3.
@@ -423,7 +426,7 @@ func scriptRatio(b BenchRun) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return strconv.FormatFloat(p.Message/p.Floor, 'f', 2, 64) + "x", nil
+	return times(p.Message / p.Floor), nil
 }
 
 // scriptRatioApart returns the same ratio from the medians of the message
@@ -442,7 +445,7 @@ func scriptRatioApart(b BenchRun) (string, error) {
 	if med[1] <= 0 {
 		return "", fmt.Errorf("%s: a floor of %v", b.Cmd, med[1])
 	}
-	return strconv.FormatFloat(med[0]/med[1], 'f', 2, 64) + "x", nil
+	return times(med[0] / med[1]), nil
 }
 
 // scriptParts are the server's CPU per key message, in microseconds, 256
@@ -461,9 +464,7 @@ func (p scriptParts) Above() string     { return num(p.Message-p.Floor) + " µs"
 func (p scriptParts) Stretches() string { return num(p.Message-p.Stretchless) + " µs" }
 
 // StretchlessRatio is the stretchless message over the floor.
-func (p scriptParts) StretchlessRatio() string {
-	return strconv.FormatFloat(p.Stretchless/p.Floor, 'f', 2, 64) + "x"
-}
+func (p scriptParts) StretchlessRatio() string { return times(p.Stretchless / p.Floor) }
 
 func scriptPartsOf(b BenchRun) (scriptParts, error) {
 	r, err := b.Get("BenchmarkSyncScript/paired/keys=256")
